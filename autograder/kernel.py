@@ -1,0 +1,189 @@
+"""A student's kernel, driven cell by cell, with limits, and the request channel the tests use.
+
+Built on jupyter_client directly rather than nbclient's whole-notebook loop, because the grader needs to
+interleave three things nbclient does not: running a student cell, running trusted tests between cells
+(through :meth:`KernelSession.request`), and capping each cell's output in *bytes*.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import queue
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+from jupyter_client import KernelManager
+
+from genlab.testing import wire
+from genlab.testing.proxy import KernelLost, RemoteTimeout
+
+
+@dataclass
+class Limits:
+    cell_timeout_s: float = 60.0
+    notebook_timeout_s: float = 600.0
+    request_timeout_s: float = 60.0
+    output_bytes_per_cell: int = 100_000
+    interrupt_grace_s: float = 5.0
+
+
+@dataclass
+class CellRun:
+    status: str                      # "ok", "error", "timeout", "dead"
+    outputs: list = field(default_factory=list)
+    error: str = ""                  # "ZeroDivisionError: division by zero"
+    seconds: float = 0.0
+    truncated_bytes: int = 0
+
+
+class KernelSession:
+    """One kernel in ``workdir``; ``launcher`` prefixes the kernel command (a sandbox, see sandbox.py)."""
+
+    def __init__(self, workdir: Path, limits: Limits = Limits(), env: dict | None = None,
+                 launcher: list[str] | None = None):
+        self.workdir = Path(workdir)
+        self.rpc_dir = self.workdir / ".genlab_rpc"
+        self.limits = limits
+        self.env = env or {}
+        self.launcher = launcher or []
+        self._counter = itertools.count()
+        self.km: KernelManager | None = None
+        self.kc = None
+        self.dead_reason = ""
+        self.started_at = 0.0
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.rpc_dir.mkdir(parents=True, exist_ok=True)
+        self.km = KernelManager(kernel_name="python3")
+        env = {**os.environ, **self.env, "MPLBACKEND": "Agg", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+        if self.launcher:
+            spec_argv = self.km.kernel_spec.argv
+            self.km.kernel_spec.argv = [*self.launcher, *spec_argv]
+        # The kernel's own stderr (ZMQ notices) is noise here; a crash is reported from its exit status.
+        self.km.start_kernel(cwd=str(self.workdir), env=env, stderr=subprocess.DEVNULL)
+        self.kc = self.km.blocking_client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=60)
+        self.started_at = time.monotonic()
+
+    def alive(self) -> bool:
+        return self.km is not None and self.km.is_alive() and not self.dead_reason
+
+    def shutdown(self) -> None:
+        if self.kc is not None:
+            self.kc.stop_channels()
+        if self.km is not None:
+            try:
+                self.km.shutdown_kernel(now=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        self.km = self.kc = None
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.shutdown()
+
+    # -- running code --------------------------------------------------------------------------------
+    def run_cell(self, source: str, *, timeout: float | None = None, silent: bool = False) -> CellRun:
+        if not self.alive():
+            return CellRun("dead", error=self.dead_reason or "the kernel is not running")
+        timeout = self.limits.cell_timeout_s if timeout is None else timeout
+        left = self.limits.notebook_timeout_s - (time.monotonic() - self.started_at)
+        timeout = max(1.0, min(timeout, left))
+        start = time.monotonic()
+        msg_id = self.kc.execute(source, silent=silent, store_history=not silent, allow_stdin=False)
+        run = CellRun("ok")
+        budget = self.limits.output_bytes_per_cell
+        deadline = start + timeout
+        interrupted = False
+        while True:
+            try:
+                msg = self.kc.get_iopub_msg(timeout=0.2)
+            except queue.Empty:
+                if not self.km.is_alive():
+                    self.dead_reason = self._death_reason()
+                    run.status, run.error = "dead", self.dead_reason
+                    break
+                now = time.monotonic()
+                if now > deadline and not interrupted:
+                    self.km.interrupt_kernel()
+                    interrupted = True
+                    deadline = now + self.limits.interrupt_grace_s
+                elif now > deadline and interrupted:
+                    # The cell ignored SIGINT: only killing the kernel stops it.
+                    self.dead_reason = f"stopped after {timeout:.0f} s: the cell ignored the interrupt"
+                    self._kill()
+                    run.status, run.error = "timeout", self.dead_reason
+                    break
+                continue
+            if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "status" and content.get("execution_state") == "idle":
+                break
+            if kind == "error":
+                run.status = "error"
+                run.error = f"{content.get('ename')}: {content.get('evalue')}"[:2000]
+            if kind in ("stream", "display_data", "execute_result", "error"):
+                size = len(str(content).encode())
+                if size > budget:
+                    run.truncated_bytes += size
+                    continue
+                budget -= size
+                run.outputs.append(nbformat.v4.output_from_msg(msg))
+        if interrupted and run.status != "timeout" and run.status != "dead":
+            run.status = "timeout"
+            run.error = f"stopped after {timeout:.0f} s (time limit per cell)"
+        if run.truncated_bytes:
+            run.outputs.append(nbformat.v4.new_output(
+                "stream", name="stderr",
+                text=f"[genlab: {run.truncated_bytes} bytes of output dropped: the limit is "
+                     f"{self.limits.output_bytes_per_cell} bytes per cell]\n"))
+        run.seconds = time.monotonic() - start
+        return run
+
+    def _kill(self) -> None:
+        try:
+            self.km.shutdown_kernel(now=True)
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _death_reason(self) -> str:
+        code = None
+        try:
+            code = self.km.provisioner.process.poll() if self.km.provisioner else None
+        except Exception:  # noqa: BLE001
+            pass
+        if code is not None and code < 0:
+            import signal
+            name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
+            hint = " (the memory limit, or a crash in native code)" if name in ("SIGKILL", "SIGSEGV") else ""
+            return f"the kernel died from {name}{hint}"
+        return f"the kernel exited (exit code {code})" if code is not None else "the kernel died"
+
+    # -- the request channel used by genlab.testing.proxy -------------------------------------------
+    def request(self, header: dict, encoder: wire.Encoder):
+        path = self.rpc_dir / f"req-{next(self._counter)}"
+        wire.write_message(path, header, encoder)
+        run = self.run_cell(f"__import__('genlab.testing.server', fromlist=['serve']).serve({str(path)!r})",
+                            timeout=min(self.limits.request_timeout_s, self.limits.cell_timeout_s), silent=True)
+        if run.status == "dead":
+            raise KernelLost(run.error)
+        if run.status == "timeout":
+            raise RemoteTimeout(run.error)
+        answer = path.with_name(path.name + ".out")
+        try:
+            return wire.read_message(answer)
+        except (OSError, ValueError) as exc:
+            raise KernelLost(f"the kernel sent no readable answer ({exc}); something in the notebook "
+                             f"interfered with the grader") from exc
+        finally:
+            for p in path.parent.glob(path.name + "*"):
+                p.unlink(missing_ok=True)

@@ -1,0 +1,1 @@
+"""Definitions of the sample submissions, one module per lab."""

@@ -1,0 +1,111 @@
+"""Sample submissions for Lab 1: the reference, correct variants, one per catalogued bug, attacks, faults.
+
+Each sample names the solution cells it replaces (by grade_id) and, optionally, cells it adds. The
+notebooks under ``autograder/samples/<student>/lab1_vae/`` are generated from this file
+(``python -m autograder.sample_submissions``) and a test fails when they drift. ``EXPECT`` is what the grader must
+conclude for each, checked by tests/test_grading.py.
+"""
+
+REPARAM_HEAD = "def reparameterize(mu, logvar, eps=None):\n"
+KL_HEAD = "def gaussian_kl(mu, logvar):\n"
+ELBO_HEAD = "def negative_elbo(x, x_logits, mu, logvar, beta=1.0):\n"
+
+CORRECT = {
+    "reparameterize": REPARAM_HEAD + "    if eps is None:\n        eps = torch.randn_like(mu)\n"
+                                     "    return mu + torch.exp(0.5 * logvar) * eps\n",
+    "gaussian_kl": KL_HEAD + "    return -0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp(), dim=-1)\n",
+    "negative_elbo": ELBO_HEAD + "    recon = F.binary_cross_entropy_with_logits(x_logits, x, reduction='none')"
+                                 ".flatten(1).sum(1)\n    return (recon + beta * gaussian_kl(mu, logvar)).mean()\n",
+}
+
+
+def _bug(function: str, bug_id: str) -> str:
+    """A student cell whose body is the catalogued bug, written out as a student would write it."""
+    import inspect
+    import textwrap
+
+    from genlab.catalog import bug
+
+    impl = bug("lab1_vae", bug_id).impl
+    body = textwrap.dedent(inspect.getsource(impl)).split("\n", 1)[1]
+    head = {"reparameterize": REPARAM_HEAD, "gaussian_kl": KL_HEAD, "negative_elbo": ELBO_HEAD}[function]
+    helper = ""
+    if "_kl(" in body:
+        helper = ("def _kl(mu, logvar):\n"
+                  "    return -0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp(), dim=-1)\n\n")
+    return helper + head + body
+
+
+SAMPLES: dict[str, dict] = {
+    "reference": {"cells": {}},
+    # -- correct alternatives: full marks ---------------------------------------------------------------
+    "variant_exp_half": {"cells": {"reparameterize": REPARAM_HEAD +
+        "    eps = torch.randn_like(mu) if eps is None else eps\n    return mu + torch.exp(logvar / 2) * eps\n"}},
+    "variant_sqrt_exp": {"cells": {"reparameterize": REPARAM_HEAD +
+        "    if eps is None:\n        eps = torch.randn_like(mu)\n    return mu + torch.sqrt(torch.exp(logvar)) * eps\n"}},
+    "variant_rsample": {"cells": {
+        "reparameterize": REPARAM_HEAD +
+        "    std = torch.exp(0.5 * logvar)\n    if eps is None:\n"
+        "        return torch.distributions.Normal(mu, std).rsample()\n    return torch.addcmul(mu, std, eps)\n",
+        "gaussian_kl": KL_HEAD +
+        "    from torch.distributions import Normal, kl_divergence\n"
+        "    q = Normal(mu, torch.exp(0.5 * logvar))\n"
+        "    p = Normal(torch.zeros_like(mu), torch.ones_like(mu))\n"
+        "    return kl_divergence(q, p).sum(-1)\n",
+        "negative_elbo": ELBO_HEAD +
+        "    recon = (torch.clamp(x_logits, min=0) - x * x_logits + torch.log1p(torch.exp(-x_logits.abs())))\n"
+        "    recon = recon.reshape(x.shape[0], -1).sum(-1)\n"
+        "    return torch.mean(recon + beta * gaussian_kl(mu, logvar))\n"}},
+    # -- attacks: no unearned credit, reported as tampered ------------------------------------------------
+    "attack_allclose": {"cells": {"reparameterize": REPARAM_HEAD +
+        "    torch.allclose = lambda *a, **k: True\n    torch.testing.assert_close = lambda *a, **k: None\n"
+        "    return mu\n"}},
+    "attack_checks": {"cells": {"gaussian_kl": "import genlab\n"
+        "genlab.check_close = lambda *a, **k: None\ncheck_close = lambda *a, **k: None\n"
+        "genlab.checks.check_close = lambda *a, **k: None\n" + KL_HEAD + "    return mu.sum(-1) * 0\n"}},
+    "attack_transformer": {"cells": {"reparameterize": REPARAM_HEAD + "    return mu * 0\n\n"
+        "def _swallow(lines):\n    return ['try:\\n'] + ['    ' + l for l in lines] + "
+        "['\\nexcept BaseException:\\n    pass\\n']\n\n"
+        "get_ipython().input_transformers_post.append(_swallow)\n"}},
+    "attack_gradebook": {"cells": {"gaussian_kl": KL_HEAD + "    return torch.zeros(mu.shape[0])\n\n"
+        "import glob, sqlite3\nfor path in glob.glob('../../**/gradebook.db', recursive=True):\n"
+        "    db = sqlite3.connect(path)\n    db.execute('update grade set auto_score = 99')\n    db.commit()\n"}},
+    "attack_rigged_eq": {"cells": {"reparameterize":
+        "class Always:\n    def __eq__(self, other):\n        return True\n    __hash__ = None\n"
+        "    shape = property(lambda self: (32, 16))\n\n" + REPARAM_HEAD + "    return Always()\n"}},
+    "attack_fake_timer": {"cells": {"reparameterize": "import time\n_real = time.perf_counter\n"
+        "time.perf_counter = lambda: 0.0\n" + REPARAM_HEAD +
+        "    if eps is None:\n        eps = torch.randn_like(mu)\n"
+        "    return torch.stack([mu[i] + torch.exp(0.5 * logvar[i]) * eps[i] for i in range(mu.shape[0])])\n"}},
+    # -- faults: graded cleanly, each with its own status ------------------------------------------------
+    "fault_exit": {"cells": dict(CORRECT), "after": {"gaussian_kl_gradient": "import os\nos._exit(3)\n"}},
+    "fault_infinite_loop": {"cells": {**CORRECT, "negative_elbo": ELBO_HEAD + "    while True:\n        pass\n"}},
+    "fault_deleted_tests": {"cells": {}, "delete": ["reparameterize_value", "gaussian_kl_value"],
+                            "edit": {"reparameterize_shape": "pass  # edited away\n"}},
+}
+
+BUG_SAMPLES = {
+    "torch_normal_sampler": "reparameterize", "exp_logvar_as_std": "reparameterize",
+    "eps_default_dtype": "reparameterize", "eps_shared_across_batch": "reparameterize",
+    "detached_sample": "reparameterize", "python_loop_over_batch": "reparameterize",
+    "kl_sign_flipped": "gaussian_kl", "kl_mean_over_latent": "gaussian_kl", "kl_summed_over_batch": "gaussian_kl",
+    "recon_mean_per_pixel": "negative_elbo", "bce_on_sigmoid": "negative_elbo", "elbo_not_negated": "negative_elbo",
+}
+for _bug_id, _function in BUG_SAMPLES.items():
+    SAMPLES[f"bug_{_bug_id}"] = {"cells": {_function: _bug(_function, _bug_id)}}
+
+# What the grader must conclude. "full" = every test passed; "bug" = the function's tests lose marks and
+# this bug is named; "tampered" = no unearned credit and the interference is reported; statuses by test.
+EXPECT: dict[str, dict] = {
+    "reference": {"full": True}, "variant_exp_half": {"full": True}, "variant_sqrt_exp": {"full": True},
+    "variant_rsample": {"full": True},
+    **{f"bug_{b}": {"full": False, "bug": b, "function": f} for b, f in BUG_SAMPLES.items()},
+    "attack_allclose": {"tampered": True}, "attack_checks": {"tampered": True},
+    "attack_transformer": {"tampered": True}, "attack_gradebook": {"tampered": True},
+    "attack_rigged_eq": {"full": False, "failed_function": "reparameterize"},
+    "attack_fake_timer": {"tampered": True},
+    "fault_exit": {"status": {"negative_elbo_gradient": "killed", "negative_elbo_value": "killed",
+                              "gaussian_kl_gradient": "passed", "reparameterize_shape": "passed"}},
+    "fault_infinite_loop": {"status": {"negative_elbo_value": "timeout", "reparameterize_value": "passed"}},
+    "fault_deleted_tests": {"full": True, "notes": ["deleted", "edited"]},
+}

@@ -1,0 +1,124 @@
+"""Gradient checks: does backprop reach the inputs, and what does it deliver?
+
+`grad_of` computes the gradient of ``sum(fn(*args) * grad_output)`` with respect
+to chosen positional arguments, on fresh copies of them (the caller's tensors are
+never marked ``requires_grad`` or given a ``.grad``). `check_grad_reaches` turns
+"no gradient" and "all-zero gradient" into readable failures.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
+
+import torch
+
+from .errors import CheckFailed, type_name
+from .remote import remote_hook
+
+GradOutput = Union[None, torch.Tensor, Sequence[Optional[torch.Tensor]]]
+
+# Seed of the default grad_output. Fixed, so the student's and the reference's
+# gradients are taken against the same weights and can be compared.
+GRAD_OUTPUT_SEED = 0
+
+
+def default_grad_output(output: torch.Tensor) -> torch.Tensor:
+    """A fixed pseudo-random tensor shaped like `output`, the same on every call.
+
+    Not ``ones``: the gradient of ``sum(softmax(x))`` or ``sum(layer_norm(x))``
+    is exactly zero (the outputs always sum to a constant), so a ones-weighted
+    check would call correct code broken and could not see many bugs either.
+    A private generator leaves the global RNG (and so the student's seeds) alone.
+    """
+    generator = torch.Generator().manual_seed(GRAD_OUTPUT_SEED)
+    weights = torch.randn(output.shape, generator=generator, dtype=torch.float64)
+    return weights.to(dtype=output.dtype, device=output.device)
+
+
+def grad_of(fn: Callable[..., Any], *args: Any, wrt: Union[int, Iterable[int]] = (0,),
+            grad_output: GradOutput = None, **kwargs: Any) -> tuple[Optional[torch.Tensor], ...]:
+    """Gradients of ``sum(fn(*args, **kwargs) * grad_output)`` w.r.t. ``args[i]`` for i in `wrt`.
+
+    Returns one entry per position in `wrt`: a tensor, or None where no gradient
+    reached that input. `fn` may return a tensor or a tuple/list of tensors (then
+    `grad_output` is a matching sequence, or None for the default everywhere).
+    Fails when no output is connected to the autograd graph at all.
+    """
+    measure = remote_hook(fn)
+    if measure is not None:  # fn is a proxy: the function runs, and is measured, elsewhere
+        return measure("grad_of", args, {"wrt": wrt, "grad_output": grad_output, **kwargs})
+
+    positions = (wrt,) if isinstance(wrt, int) else tuple(wrt)
+    args = list(args)
+    leaves = []
+    for i in positions:
+        if not (isinstance(args[i], torch.Tensor) and (args[i].is_floating_point() or args[i].is_complex())):
+            raise TypeError(f"grad_of: argument {i} must be a floating-point tensor to differentiate, "
+                            f"got {type_name(args[i])}")
+        # A detached copy: the gradient belongs to this check, not to the caller's tensor.
+        args[i] = args[i].detach().clone().requires_grad_(True)
+        leaves.append(args[i])
+
+    # enable_grad: the grader may call us under torch.no_grad() / inference_mode.
+    with torch.enable_grad():
+        result = fn(*args, **kwargs)
+
+    outputs = [result] if isinstance(result, torch.Tensor) else result
+    if not (isinstance(outputs, (tuple, list)) and outputs and all(isinstance(o, torch.Tensor) for o in outputs)):
+        raise CheckFailed(f"expected the function to return a tensor (or a tuple of tensors), "
+                          f"got {type_name(result)}: did you forget `return`?")
+    weights = _grad_outputs(outputs, grad_output)
+
+    connected = [(o, w) for o, w in zip(outputs, weights) if o.requires_grad]
+    if not connected:
+        raise CheckFailed("the output is not connected to the inputs' graph: did you call .detach(), "
+                          ".item(), torch.normal, or numpy? Keep every step in differentiable torch ops "
+                          "(for sampling, use the reparameterization mu + std * torch.randn_like(std))")
+    grads = torch.autograd.grad([o for o, _ in connected], leaves,
+                                grad_outputs=[w for _, w in connected], allow_unused=True)
+    return tuple(grads)
+
+
+def check_grad_reaches(fn: Callable[..., Any], *args: Any, wrt: Union[int, Iterable[int]] = (0,),
+                       names: Optional[Sequence[str]] = None, **kwargs: Any) -> tuple[Optional[torch.Tensor], ...]:
+    """Fail unless a nonzero, finite gradient reaches every input listed in `wrt`.
+
+    `names` (one per `wrt` position) are used in messages, e.g. ``names=("mu", "logvar")``.
+    Returns the gradients, so a test can go on to compare them with a reference.
+    """
+    positions = (wrt,) if isinstance(wrt, int) else tuple(wrt)
+    names = tuple(names) if names is not None else tuple(f"argument {i}" for i in positions)
+    if len(names) != len(positions):
+        raise ValueError(f"check_grad_reaches: {len(positions)} positions in wrt but {len(names)} names")
+
+    grads = grad_of(fn, *args, wrt=positions, **kwargs)
+    problems = []
+    for name, grad in zip(names, grads):
+        if grad is None:
+            problems.append(f"no gradient reaches `{name}`: something between it and the output breaks "
+                            "the graph (.detach(), .item(), .data, torch.no_grad(), a NumPy round-trip), "
+                            "or the output does not use it at all")
+        elif not torch.isfinite(grad).all():
+            problems.append(f"the gradient reaching `{name}` contains NaN/inf: look for log(0), sqrt(0), "
+                            "division by a value that can be 0, or overflow (add a small eps, clamp)")
+        elif not grad.any():
+            problems.append(f"the gradient reaching `{name}` is all zeros: it only flows through "
+                            "zero-gradient ops (argmax, round, comparisons, a mask that is all False, "
+                            "a ReLU that is never active) or is multiplied by 0")
+    if problems:
+        raise CheckFailed("; ".join(problems))
+    return grads
+
+
+def _grad_outputs(outputs: Sequence[torch.Tensor], grad_output: GradOutput) -> list[torch.Tensor]:
+    """One weight tensor per output: the given ones, or the fixed default."""
+    if grad_output is None:
+        given: Sequence[Optional[torch.Tensor]] = [None] * len(outputs)
+    elif isinstance(grad_output, torch.Tensor):
+        given = [grad_output]
+    else:
+        given = list(grad_output)
+    if len(given) != len(outputs):
+        raise ValueError(f"grad_of: {len(outputs)} outputs but {len(given)} grad_output tensors")
+    return [default_grad_output(o) if g is None else g.to(dtype=o.dtype, device=o.device)
+            for o, g in zip(outputs, given)]

@@ -1,0 +1,92 @@
+"""The ``genlab`` command line: doctor, release, grade, check."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _root(args) -> Path:
+    from genlab.testing.reference import find_course_root
+
+    return Path(args.root).resolve() if args.root else find_course_root()
+
+
+def cmd_doctor(args) -> int:
+    from genlab.doctor import print_report
+
+    return print_report()
+
+
+def cmd_release(args) -> int:
+    from autograder.release import release
+
+    for path in release(_root(args), args.lab or None):
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_grade(args) -> int:
+    from autograder.grade import grade_all, gradebook_table
+    from autograder.kernel import Limits
+
+    limits = Limits(cell_timeout_s=args.cell_timeout, notebook_timeout_s=args.notebook_timeout)
+    results = grade_all(_root(args), Path(args.submissions), Path(args.out), workers=args.workers,
+                        labs=args.lab or None, limits=limits, progress=not args.quiet)
+    print(gradebook_table(results))
+    out = Path(args.out).resolve()
+    print(f"\ngrades: {out / 'grades.csv'}\nfeedback: {out / 'feedback'}/<student>/<lab>/<lab>.html\n"
+          f"gradebook: {out / 'gradebook.db'}")
+    return 0
+
+
+def cmd_check(args) -> int:
+    """Self-check a notebook from the shell: runs it, then the visible tests of each function."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    path = Path(args.notebook).resolve()
+    nb = nbformat.read(str(path), as_version=4)
+    client = NotebookClient(nb, timeout=600, allow_errors=True, resources={"metadata": {"path": str(path.parent)}})
+    lab = path.stem
+    from genlab.testing.notebook import LabNotebook
+    functions = list(LabNotebook(path, nb).solutions)
+    nb.cells.append(nbformat.v4.new_code_cell(
+        "import genlab\n" + "\n".join(f"genlab.check({f!r}, {lab!r})" for f in functions)))
+    client.execute()
+    for output in nb.cells[-1].outputs:
+        print(output.get("text", ""), end="")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="genlab", description=__doc__)
+    parser.add_argument("--root", help="course folder (default: the nearest folder with solutions/ or labs/)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("doctor", help="check Python, torch, CUDA and optional packages").set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser("release", help="regenerate labs/ from solutions/ (nbgrader generate_assignment)")
+    p.add_argument("--lab", action="append", help="only this lab (repeatable)")
+    p.set_defaults(func=cmd_release)
+
+    p = sub.add_parser("grade", help="autograde SUBMISSIONS/<student>/<lab>/<lab>.ipynb")
+    p.add_argument("submissions")
+    p.add_argument("--out", required=True, help="folder for grades.csv, feedback and the gradebook")
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--lab", action="append", help="only this lab (repeatable)")
+    p.add_argument("--cell-timeout", type=float, default=120.0, help="seconds per cell")
+    p.add_argument("--notebook-timeout", type=float, default=900.0, help="seconds per notebook")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_grade)
+
+    p = sub.add_parser("check", help="run a lab notebook and self-check its functions on the visible tests")
+    p.add_argument("notebook")
+    p.set_defaults(func=cmd_check)
+
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""``genlab.check("reparameterize")``: a student's instant self-check, with the grader's diagnoses.
+
+It runs the *visible* tests of one function, read from the lab notebook on disk (test cells are locked,
+so the disk copy is the released one), against the function defined in the student's kernel, then replays
+the recorded calls through the lab's bug catalogue. Hidden tests are not on the student's machine; the
+grader runs them, out of the kernel.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from genlab.catalog import bugs_for
+from genlab.testing.diagnosis import diagnose
+from genlab.testing.notebook import LabNotebook, function_of
+from genlab.testing.proxy import LocalFunction, Recorder
+from genlab.testing.reference import find_course_root
+from genlab.testing.runner import run_test
+
+
+def _lab_notebook(lab: str) -> Path:
+    here = Path.cwd()
+    candidates = [here / f"{lab}.ipynb"]
+    try:
+        root = find_course_root(here)
+        candidates += [root / "labs" / lab / f"{lab}.ipynb"]
+    except FileNotFoundError:
+        pass
+    for path in candidates:
+        if path.exists():
+            return path
+    raise FileNotFoundError(f"cannot find {lab}.ipynb next to this kernel ({here}); run the check from the lab's folder")
+
+
+def _user_namespace() -> dict:
+    try:
+        return get_ipython().user_ns  # noqa: F821
+    except NameError:
+        import __main__
+        return __main__.__dict__
+
+
+def self_check(function: str, lab: str | None, namespace: dict | None = None, notebook: Path | None = None):
+    if lab is None:
+        raise RuntimeError("call genlab.setup('<lab id>') first, so the check knows the lab")
+    namespace = namespace if namespace is not None else _user_namespace()
+    nb = LabNotebook.read(notebook or _lab_notebook(lab))
+    if function not in namespace:
+        raise NameError(f"`{function}` is not defined yet: run its cell first")
+    setup_ns: dict = {}
+    exec(compile(nb.setup_source, "<setup>", "exec"), setup_ns)
+    functions = [f for f in nb.solutions if f in namespace]
+    outcomes = []
+    for test_id, spec in nb.tests.items():
+        if function_of(test_id, list(nb.solutions)) != function:
+            continue
+        recorder = Recorder()
+        test_ns = dict(setup_ns)
+        test_ns.update({f: LocalFunction(namespace[f], f, recorder) for f in functions})
+        outcome = run_test(test_id, spec["source"], test_ns, recorder)
+        if not outcome.passed:
+            try:
+                from genlab.testing import load_reference
+                ref = load_reference(lab)
+            except FileNotFoundError:
+                ref = None  # students have no reference: replay against the bugs' own disagreement only
+            outcome.diagnosis = diagnose(bugs_for(lab), recorder.calls, ref) if ref else _diagnose_alone(
+                lab, recorder)
+        outcomes.append(outcome)
+        mark = "PASS" if outcome.passed else outcome.status.upper()
+        print(f"{mark:8s} {test_id}" + (f"\n         {outcome.message}" if outcome.message else ""))
+        for bug in outcome.diagnosis:
+            print(f"         Diagnosis: {bug.describe()}")
+    if not outcomes:
+        print(f"no visible tests for `{function}` in {lab}")
+    return outcomes
+
+
+def _diagnose_alone(lab: str, recorder: Recorder):
+    """Without the reference: a bug is named when every deterministic call matches it exactly."""
+    from genlab.testing.diagnosis import REPLAYED, replay, same, student_outcome
+
+    found = []
+    for bug in bugs_for(lab):
+        calls = [c for c in recorder.calls if c.name == bug.function and c.kind in REPLAYED]
+        if bug.detect is not None or not calls:
+            continue
+        deterministic = [c for c in calls if same(replay(bug.impl, c), replay(bug.impl, c))]
+        if deterministic and all(same(student_outcome(c), replay(bug.impl, c)) for c in deterministic):
+            found.append(bug)
+    return found

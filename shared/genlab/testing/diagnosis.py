@@ -1,0 +1,102 @@
+"""Naming a student's bug: replay the student's recorded calls through each catalogued bug.
+
+A bug is named when, on every call where the bug's output is deterministic, the student's output equals
+the bug's, and on at least one of those calls the bug's output differs from the reference's (so a correct
+function is never "diagnosed"). Randomness (a sampler called without ``eps``) makes a call uninformative
+rather than a mismatch.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+
+from genlab.catalog import Bug
+from genlab.testing.proxy import Call
+
+REPLAYED = ("call", "grad_of", "peak_memory", "count_flops")
+
+
+def same(a, b, rtol: float = 1e-4, atol: float = 1e-5) -> bool:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        if a.shape != b.shape:
+            return False
+        if a.dtype.is_floating_point or b.dtype.is_floating_point:
+            return torch.allclose(a.detach().cpu().double(), b.detach().cpu().double(), rtol=rtol, atol=atol,
+                                  equal_nan=True)
+        return torch.equal(a.detach().cpu(), b.detach().cpu())
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y, rtol, atol) for x, y in zip(a, b))
+    if isinstance(a, float) or isinstance(b, float):
+        try:
+            return math.isclose(float(a), float(b), rel_tol=rtol, abs_tol=atol) or (a != a and b != b)
+        except (TypeError, ValueError):
+            return False
+    if isinstance(a, BaseException) or isinstance(b, BaseException):
+        return type(a).__name__ == type(b).__name__
+    return a == b if type(a) is type(b) and isinstance(a, (int, str, type(None), bool)) else False
+
+
+def replay(fn: Callable, call: Call):
+    """What ``fn`` gives on ``call``'s inputs, measured the way the call was; an exception is a value."""
+    import genlab.checks as checks
+
+    args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in call.args)
+    try:
+        if call.kind == "call":
+            return fn(*args, **call.kwargs)
+        return getattr(checks, call.kind)(fn, *args, **call.kwargs)
+    except Exception as exc:  # noqa: BLE001 - a bug that raises is still a comparable outcome
+        return exc
+
+
+def signature(value):
+    """Shape and dtype of every tensor in a value: what stays fixed when the values are random."""
+    if isinstance(value, torch.Tensor):
+        return (tuple(value.shape), str(value.dtype))
+    if isinstance(value, (list, tuple)):
+        return tuple(signature(v) for v in value)
+    if isinstance(value, BaseException):
+        return type(value).__name__
+    return type(value).__name__
+
+
+def student_outcome(call: Call):
+    if call.error is not None:
+        return type(call.error, (Exception,), {})()
+    return call.result
+
+
+def matches(bug: Bug, calls: list[Call], reference: Callable) -> bool:
+    if bug.detect is not None:
+        return bool(bug.detect(calls))
+    informative = 0
+    for call in calls:
+        if call.kind not in REPLAYED:
+            continue
+        buggy = replay(bug.impl, call)
+        if not same(buggy, replay(bug.impl, call)):
+            # Random values, but shape and dtype are still deterministic and can tell a bug apart.
+            if signature(buggy) == signature(replay(reference, call)):
+                continue
+            if signature(student_outcome(call)) != signature(buggy):
+                return False
+            informative += 1
+            continue
+        if not same(student_outcome(call), buggy):
+            return False
+        if not same(buggy, replay(reference, call)):
+            informative += 1
+    return informative > 0
+
+
+def diagnose(bugs: list[Bug], calls: list[Call], reference_namespace) -> list[Bug]:
+    """The catalogued bugs that explain ``calls`` (each for the function the calls were made to)."""
+    found = []
+    for bug in bugs:
+        own = [c for c in calls if c.name == bug.function]
+        reference = getattr(reference_namespace, bug.function, None)
+        if own and reference is not None and matches(bug, own, reference):
+            found.append(bug)
+    return found

@@ -1,0 +1,239 @@
+"""Stand-ins for a student's functions inside the grader's trusted process.
+
+A test cell is ordinary Python: ``z = reparameterize(mu, logvar, eps)`` then checks on ``z``. When the
+grader runs it, ``reparameterize`` is a :class:`RemoteFunction`: calling it ships the arguments to the
+student's kernel, runs the student's function there, and returns plain tensors. So the test reads the
+same in the notebook and in the grader, and its checks always run here, out of the student's reach.
+
+Every call is recorded (arguments and results), so that :mod:`genlab.testing.diagnosis` can replay the
+same calls through the catalogue of known bugs and name the one the student made.
+"""
+from __future__ import annotations
+
+import builtins
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from genlab.testing import wire
+
+
+class StudentError(Exception):
+    """The student's code raised. Subclassed per builtin type, so ``except ValueError`` works in tests."""
+
+    remote_type = "Exception"
+    remote_traceback = ""
+
+
+class KernelLost(Exception):
+    """The student's kernel died (crash, ``os._exit``, a memory limit) while running a request."""
+
+
+class RemoteTimeout(Exception):
+    """The student's code ran past the time limit and was interrupted."""
+
+
+_error_types: dict[str, type] = {}
+
+
+def student_error(type_name: str, message: str, tb: str = "") -> StudentError:
+    base = getattr(builtins, type_name, None)
+    bases = (StudentError,)
+    if isinstance(base, type) and issubclass(base, Exception) and base is not Exception:
+        bases = (StudentError, base)
+    cls = _error_types.get(type_name)
+    if cls is None:
+        cls = _error_types[type_name] = type(type_name, bases, {"remote_type": type_name})
+    err = cls(message)
+    err.remote_traceback = tb
+    return err
+
+
+@dataclass
+class Call:
+    """One request to a student's function and what came back."""
+
+    kind: str                       # "call", "grad_of", "peak_memory", "count_flops"
+    name: str
+    args: tuple
+    kwargs: dict
+    result: Any = None
+    error: str | None = None        # the exception type name, when the student's code raised
+
+
+@dataclass
+class Recorder:
+    calls: list[Call] = field(default_factory=list)
+    evidence: list[str] = field(default_factory=list)   # suspicious things seen (tensor subclasses, ...)
+
+    def for_function(self, name: str) -> list[Call]:
+        return [c for c in self.calls if c.name == name]
+
+
+def _detached(value):
+    """A copy of a test's arguments that later in-place edits in the test cannot change."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_detached(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _detached(v) for k, v in value.items()}
+    return value
+
+
+class RemoteObject:
+    """An object the student's code returned that cannot travel as data (e.g. an ``nn.Module``)."""
+
+    def __init__(self, session, handle: wire.Handle, recorder: Recorder, label: str):
+        self._session, self._handle, self._recorder, self._label = session, handle, recorder, label
+
+    def __repr__(self) -> str:
+        return f"<{self._handle.type_name} in the student's kernel>"
+
+    def __call__(self, *args, **kwargs):
+        return _request(self._session, self._recorder, "call", self._label, args, kwargs,
+                        {"handle": self._handle.id})
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("_"):
+            raise AttributeError(attr)
+        return _request(self._session, self._recorder, "getattr", f"{self._label}.{attr}", (), {},
+                        {"handle": self._handle.id, "method": attr})
+
+
+class _BoundMethod:
+    def __init__(self, session, recorder, handle, method, label):
+        self._args = (session, recorder, handle, method, label)
+
+    def __call__(self, *args, **kwargs):
+        session, recorder, handle, method, label = self._args
+        return _request(session, recorder, "call", label, args, kwargs, {"handle": handle, "method": method})
+
+
+def _request(session, recorder: Recorder, kind: str, name: str, args, kwargs, target: dict, **extra):
+    encoder = wire.Encoder()
+    header = {"kind": kind, **target, **extra,
+              "args": encoder.encode(tuple(args)), "kwargs": encoder.encode(dict(kwargs))}
+    reply, tensors = session.request(header, encoder)
+    call = Call(kind, name, _detached(tuple(args)), _detached(dict(kwargs)))
+    recorder.calls.append(call)
+    if not reply.get("ok"):
+        err = reply.get("error", {})
+        call.error = str(err.get("type", "Exception"))
+        raise student_error(call.error, str(err.get("message", "")), str(err.get("traceback", "")))
+    tree = reply.get("result")
+    for sub in wire.subclass_names(tree):
+        recorder.evidence.append(f"{name} returned a tensor subclass {sub}")
+
+    def handle(hid, type_name):
+        h = wire.Handle(hid, type_name)
+        if kind == "getattr" and callable_hint(type_name):
+            return _BoundMethod(session, recorder, target["handle"], target["method"], name)
+        return RemoteObject(session, h, recorder, f"{name}()")
+
+    call.result = wire.decode(tree, tensors, handle_factory=handle)
+    return call.result
+
+
+def callable_hint(type_name: str) -> bool:
+    return type_name.endswith(("method", "function", "builtin_function_or_method", "method-wrapper"))
+
+
+class RemoteFunction:
+    """A student's top-level function, called through the kernel. See the module docstring."""
+
+    def __init__(self, session, name: str, recorder: Recorder, reference_session=None):
+        self.__name__ = name
+        self._session, self._recorder = session, recorder
+        self._reference_session = reference_session
+
+    def __repr__(self) -> str:
+        return f"<student's {self.__name__} (runs in the student's kernel)>"
+
+    def __call__(self, *args, **kwargs):
+        return _request(self._session, self._recorder, "call", self.__name__, args, kwargs,
+                        {"target": self.__name__})
+
+    # -- measurements, dispatched here by genlab.checks (see genlab.checks.remote) --------------------
+    def __genlab_measure__(self, kind: str, args, kwargs):
+        return _request(self._session, self._recorder, kind, self.__name__, args, kwargs,
+                        {"target": self.__name__})
+
+    def __genlab_time_ratio__(self, reference, args, kwargs, *, rounds: int = 5, min_loop_s: float = 0.05):
+        """Ratio of medians, student over reference, timed from *outside* both kernels.
+
+        The reference runs in a second kernel that holds only the reference solution, through the same
+        request path, so the overheads cancel. Times are taken here, with this process's clock: student
+        code can patch every timer in its own kernel and the measurement does not move.
+        """
+        from genlab.checks.timing import TimingResult
+
+        if self._reference_session is None:
+            raise RuntimeError("no reference kernel to time against")
+        kwargs = dict(kwargs)
+        rounds = int(kwargs.pop("rounds", rounds))
+        kwargs.pop("min_run_time", None)  # the loop length is calibrated below instead
+        name = getattr(reference, "__name__", self.__name__)
+
+        def timed(session, target, n):
+            encoder = wire.Encoder()
+            header = {"kind": "timed_loop", "target": target, "n": n,
+                      "args": encoder.encode(tuple(args)), "kwargs": encoder.encode(dict(kwargs))}
+            start = time.perf_counter()
+            reply, _ = session.request(header, encoder)
+            elapsed = time.perf_counter() - start
+            if not reply.get("ok"):
+                err = reply.get("error", {})
+                raise student_error(str(err.get("type")), str(err.get("message")), str(err.get("traceback", "")))
+            return elapsed
+
+        # The request itself costs tens of milliseconds; calibrate n on the reference so that the loop
+        # lasts at least ten times that overhead, which then shifts the ratio towards 1 by under 10%.
+        overhead = min(timed(self._reference_session, name, 0) for _ in range(3))
+        n = 1
+        while timed(self._reference_session, name, n) < max(min_loop_s, 10 * overhead) and n < 1_000_000:
+            n *= 4
+        student_times, reference_times = [], []
+        for _ in range(rounds):
+            student_times.append(timed(self._session, self.__name__, n))
+            reference_times.append(timed(self._reference_session, name, n))
+        s, r = statistics.median(student_times), statistics.median(reference_times)
+        result = TimingResult(ratio=s / r, student_median_s=s / n, reference_median_s=r / n, rounds=rounds)
+        self._recorder.calls.append(Call("time_ratio", self.__name__, (), {}, result))
+        return result
+
+
+class LocalFunction:
+    """The same recording wrapper around a function in this process (for students' self-checks)."""
+
+    def __init__(self, fn: Callable, name: str, recorder: Recorder):
+        self._fn, self.__name__, self._recorder = fn, name, recorder
+        self.__wrapped__ = fn
+
+    def __call__(self, *args, **kwargs):
+        call = Call("call", self.__name__, _detached(args), _detached(kwargs))
+        self._recorder.calls.append(call)
+        try:
+            call.result = self._fn(*args, **kwargs)
+        except Exception as exc:
+            call.error = type(exc).__name__
+            raise
+        return call.result
+
+    def __genlab_time_ratio__(self, reference, args, kwargs):
+        from genlab.checks.timing import time_ratio
+
+        result = time_ratio(self._fn, getattr(reference, "__wrapped__", reference), *args, **kwargs)
+        self._recorder.calls.append(Call("time_ratio", self.__name__, (), {}, result))
+        return result
+
+    def __genlab_measure__(self, kind: str, args, kwargs):
+        import genlab.checks as checks
+
+        call = Call(kind, self.__name__, _detached(args), _detached(kwargs))
+        self._recorder.calls.append(call)
+        call.result = getattr(checks, kind)(self._fn, *args, **kwargs)
+        return call.result

@@ -1,0 +1,64 @@
+"""Running one test cell's code and turning what happened into a verdict.
+
+The same runner serves the grader (student functions are :class:`RemoteFunction` s, this process is
+trusted) and a student's self-check (functions are :class:`LocalFunction` s in the student's kernel).
+"""
+from __future__ import annotations
+
+import linecache
+import time
+import traceback
+from dataclasses import dataclass, field
+
+from genlab.checks import CheckFailed
+from genlab.testing.proxy import KernelLost, Recorder, RemoteTimeout, StudentError
+
+PASSED, FAILED, ERROR, TIMEOUT, KILLED, TAMPERED, MISSING = (
+    "passed", "failed", "error", "timeout", "killed", "tampered", "missing")
+
+
+@dataclass
+class Outcome:
+    test: str
+    status: str
+    message: str = ""
+    seconds: float = 0.0
+    diagnosis: list = field(default_factory=list)   # catalogued Bug objects
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASSED
+
+
+def _failing_line(exc: BaseException, filename: str) -> str:
+    """The line of the test that failed, for assertions written without a message."""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if frame.filename == filename:
+            return (frame.line or linecache.getline(filename, frame.lineno)).strip()
+    return ""
+
+
+def run_test(test_id: str, source: str, namespace: dict, recorder: Recorder) -> Outcome:
+    """Executes ``source`` in ``namespace``; the test passes when it finishes without an exception."""
+    filename = f"<test {test_id}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    start = time.perf_counter()
+    try:
+        exec(compile(source, filename, "exec"), namespace)
+        status, message = PASSED, ""
+    except RemoteTimeout as exc:
+        status, message = TIMEOUT, str(exc)
+    except KernelLost as exc:
+        status, message = KILLED, str(exc)
+    except StudentError as exc:
+        where = exc.remote_traceback.strip().splitlines()[-3:] if exc.remote_traceback else []
+        status = ERROR
+        message = f"your code raised {exc.remote_type}: {exc}" + ("\n" + "\n".join(where) if where else "")
+    except (CheckFailed, AssertionError) as exc:
+        status = FAILED
+        message = str(exc) or f"this check failed: {_failing_line(exc, filename)}"
+    except Exception as exc:  # noqa: BLE001 - the test could not use what the student's code returned
+        status = ERROR
+        message = (f"the test could not use your result ({type(exc).__name__}: {exc}) "
+                   f"at: {_failing_line(exc, filename)}")
+    return Outcome(test_id, status, message, time.perf_counter() - start)

@@ -1,0 +1,164 @@
+"""The kernel side of grading: runs a student's function on inputs the grader chose, sends back data.
+
+The grader installs this module in the student's kernel *before* any student cell runs, then, for each
+test, writes a request file and executes ``serve(path)`` in the kernel. Nothing here decides a verdict:
+it only computes and reports. The verdict is taken in the grader's own process (see ``genlab.testing.proxy``),
+so patching anything in this process can change what is reported, never how it is judged.
+"""
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from genlab.testing import wire
+
+_handles: dict[int, object] = {}
+_baseline: dict[str, int] = {}
+
+
+def _keep(obj) -> int:
+    _handles[id(obj)] = obj
+    return id(obj)
+
+
+def _namespace() -> dict:
+    try:
+        return get_ipython().user_ns  # noqa: F821 - defined inside IPython kernels
+    except NameError:
+        return sys.modules["__main__"].__dict__
+
+
+def _watched() -> dict[str, object]:
+    """Objects whose replacement by student code is evidence of tampering."""
+    import torch
+    import genlab.checks as checks
+    from torch.utils.flop_counter import FlopCounterMode
+
+    watched = {
+        "torch.allclose": torch.allclose, "torch.equal": torch.equal, "torch.isclose": torch.isclose,
+        "torch.testing.assert_close": torch.testing.assert_close,
+        "torch.Tensor.__eq__": torch.Tensor.__eq__, "torch.Tensor.detach": torch.Tensor.detach,
+        "torch.Tensor.cpu": torch.Tensor.cpu, "torch.randn_like": torch.randn_like, "torch.randn": torch.randn,
+        "FlopCounterMode.__exit__": FlopCounterMode.__exit__,
+        "time.perf_counter": time.perf_counter, "time.time": time.time, "time.monotonic": time.monotonic,
+        "sys.settrace": sys.gettrace(),
+        "genlab.testing.server.serve": serve, "genlab.testing.wire.Encoder": wire.Encoder,
+    }
+    for name in ("grad_of", "peak_memory", "count_flops", "check_close", "check_shape", "time_ratio"):
+        if hasattr(checks, name):
+            watched[f"genlab.checks.{name}"] = getattr(checks, name)
+    if torch.cuda.is_available():
+        watched["torch.cuda.Event.elapsed_time"] = torch.cuda.Event.elapsed_time
+        watched["torch.cuda.max_memory_allocated"] = torch.cuda.max_memory_allocated
+    try:
+        shell = get_ipython()  # noqa: F821
+        cls = type(shell)
+        watched["IPython.showtraceback"] = cls.showtraceback
+        watched["InteractiveShell.run_cell"] = cls.run_cell
+        # Instance attributes shadowing the class's methods (None when untouched).
+        for attr in ("showtraceback", "run_cell", "_showtraceback", "showsyntaxerror", "run_ast_nodes"):
+            watched[f"shell.{attr} (instance override)"] = shell.__dict__.get(attr)
+        watched["shell.custom_exceptions"] = tuple(shell.custom_exceptions)
+        watched["shell.input_transformers_cleanup"] = tuple(shell.input_transformers_cleanup)
+        watched["shell.input_transformers_post"] = tuple(shell.input_transformers_post)
+        watched["shell.ast_transformers"] = tuple(shell.ast_transformers)
+    except NameError:
+        pass
+    return watched
+
+
+def install() -> None:
+    """Called by the grader before the first student cell: remembers what the watched objects are."""
+    import genlab.checks  # noqa: F401 - imported now, so later patches are visible as changes
+
+    _baseline.clear()
+    _baseline.update({name: _identity(obj) for name, obj in _watched().items()})
+
+
+def _identity(obj) -> object:
+    if obj is None:
+        return None
+    if isinstance(obj, tuple):
+        return tuple(id(o) for o in obj)
+    return id(obj)
+
+
+def integrity() -> list[str]:
+    now = _watched()
+    return sorted(name for name, ident in _baseline.items() if _identity(now.get(name)) != ident)
+
+
+def serve(request: str) -> None:
+    """Executes one request and writes ``<request>.out.{json,safetensors}``; never raises."""
+    request = Path(request)
+    response = request.with_name(request.name + ".out")
+    encoder = wire.Encoder(keep=_keep)
+    try:
+        header, tensors = wire.read_message(request)
+        args = wire.decode(header.get("args", []), tensors, handle_factory=_resolve_handle)
+        kwargs = wire.decode(header.get("kwargs", {"__dict__": {}}), tensors, handle_factory=_resolve_handle)
+        result = _run(header, args, kwargs)
+        reply = {"ok": True, "result": encoder.encode(result)}
+    except _Missing as missing:
+        encoder = wire.Encoder(keep=_keep)
+        reply = {"ok": False, "error": {"type": "NameError", "message": str(missing), "traceback": ""}}
+    except BaseException as exc:  # the student's function may raise anything, SystemExit included
+        encoder = wire.Encoder(keep=_keep)
+        tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+        reply = {"ok": False, "error": {"type": type(exc).__name__, "message": str(exc)[:4000],
+                                         "traceback": "".join(tb)[-6000:]}}
+    wire.write_message(response, reply, encoder)
+
+
+class _Missing(Exception):
+    pass
+
+
+def _resolve_handle(handle_id: int, type_name: str):
+    if handle_id not in _handles:
+        raise _Missing(f"object {type_name} no longer exists in the kernel")
+    return _handles[handle_id]
+
+
+def _target(header: dict):
+    if "handle" in header:
+        obj = _resolve_handle(int(header["handle"]), "?")
+    else:
+        name = header["target"]
+        ns = _namespace()
+        if name not in ns:
+            raise _Missing(f"`{name}` is not defined in your notebook: did its cell run without error, "
+                           f"and is it still named `{name}`?")
+        obj = ns[name]
+    if header.get("method"):
+        obj = getattr(obj, header["method"])
+    return obj
+
+
+def _run(header: dict, args, kwargs):
+    import genlab.checks as checks
+
+    kind = header["kind"]
+    if kind == "integrity":
+        return integrity()
+    fn = _target(header)
+    if kind == "exists":
+        return type(fn).__name__
+    if kind == "getattr":
+        return fn
+    if kind == "call":
+        return fn(*args, **kwargs)
+    if kind == "grad_of":
+        return checks.grad_of(fn, *args, **kwargs)
+    if kind == "peak_memory":
+        return checks.peak_memory(fn, *args, **kwargs)
+    if kind == "count_flops":
+        return checks.count_flops(fn, *args, **kwargs)
+    if kind == "timed_loop":
+        # The grader times this request from outside the kernel; the loop only does the work.
+        for _ in range(int(header["n"])):
+            fn(*args, **kwargs)
+        return None
+    raise ValueError(f"unknown request kind {kind!r}")

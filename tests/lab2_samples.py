@@ -1,0 +1,135 @@
+"""Sample submissions for Lab 2 (forward diffusion): replacement sources for the solution cells.
+
+``SAMPLES[name]`` maps a solution cell's grade_id (the function name) to the full source a student might
+write; cells not listed keep the reference solution. ``EXPECT[name]`` says what the grader should make of it:
+full marks, or the catalogued bug (``genlab.catalog.lab2_diffusion``) it must fail on and be diagnosed with.
+Not a test module itself (no ``test_`` prefix): a harness substitutes these into the solution notebook.
+"""
+
+SAMPLES = {
+    "reference": {},
+
+    # --- correct alternatives: must get full marks ------------------------------------------------
+    "gather": {"q_sample": '''
+def q_sample(x0, t, noise, alpha_bar):
+    a = alpha_bar.gather(0, t)                       # RuntimeError on the CPU for t out of range
+    shape = [x0.shape[0]] + [1] * (x0.dim() - 1)
+    return a.sqrt().reshape(shape).to(x0.dtype) * x0 + (1 - a).sqrt().reshape(shape).to(x0.dtype) * noise
+'''},
+    "sqrt_index": {"q_sample": '''
+def q_sample(x0, t, noise, alpha_bar):
+    sqrt_ab = alpha_bar.sqrt()[t].to(x0.dtype)       # IndexError for t = T
+    sqrt_1m = (1 - alpha_bar).sqrt()[t].to(x0.dtype)
+    while sqrt_ab.dim() < x0.dim():
+        sqrt_ab, sqrt_1m = sqrt_ab.unsqueeze(-1), sqrt_1m.unsqueeze(-1)
+    return sqrt_ab * x0 + sqrt_1m * noise
+'''},
+    "none_reshape": {"q_sample": '''
+def q_sample(x0, t, noise, alpha_bar):
+    if (t < 0).any() or (t >= len(alpha_bar)).any():
+        raise ValueError("t out of range")
+    idx = (...,) + (None,) * (x0.dim() - 1)
+    a = alpha_bar[t]
+    return a.sqrt()[idx].to(x0.dtype) * x0 + (1 - a).sqrt()[idx].to(x0.dtype) * noise
+'''},
+    "float64_coefficients": {"q_sample": '''
+def q_sample(x0, t, noise, alpha_bar):
+    if int(t.max()) >= alpha_bar.numel() or int(t.min()) < 0:
+        raise IndexError("timestep out of range")
+    a = alpha_bar.double()[t]
+    c1 = torch.sqrt(a).to(x0.dtype).view(-1, *([1] * (x0.dim() - 1)))
+    c2 = torch.sqrt(1.0 - a).to(x0.dtype).view(-1, *([1] * (x0.dim() - 1)))
+    return c1 * x0 + c2 * noise
+'''},
+    "cosine_python_list": {"make_beta_schedule": '''
+def make_beta_schedule(kind, num_steps, beta_start=1e-4, beta_end=0.02, s=0.008, max_beta=0.999):
+    def f(u):
+        return math.cos((u + s) / (1 + s) * math.pi / 2) ** 2
+    if kind == "linear":
+        return torch.linspace(beta_start, beta_end, num_steps, dtype=torch.float64)
+    if kind == "scaled_linear":
+        return torch.linspace(math.sqrt(beta_start), math.sqrt(beta_end), num_steps, dtype=torch.float64) ** 2
+    if kind == "cosine":
+        return torch.tensor([min(1 - f((i + 1) / num_steps) / f(i / num_steps), max_beta)
+                             for i in range(num_steps)], dtype=torch.float64)
+    raise ValueError(f"kind must be one of linear, scaled_linear, cosine; got {kind!r}")
+''', "alpha_bar_from_betas": '''
+def alpha_bar_from_betas(betas):
+    return (1 - betas).cumprod(0)
+'''},
+
+    # --- one sample per catalogued bug ---------------------------------------------------------------
+    "silent_broadcast": {"q_sample": '''
+def q_sample(x0, t, noise, alpha_bar):
+    a = alpha_bar[t]
+    return a.sqrt().to(x0.dtype) * x0 + (1 - a).sqrt().to(x0.dtype) * noise
+'''},
+    "off_by_one_t": {"q_sample": '''
+def q_sample(x0, t, noise, alpha_bar):
+    a = alpha_bar[t - 1]
+    shape = (-1,) + (1,) * (x0.dim() - 1)
+    return a.sqrt().view(shape).to(x0.dtype) * x0 + (1 - a).sqrt().view(shape).to(x0.dtype) * noise
+'''},
+    "materialized_broadcast": {"q_sample": '''
+def q_sample(x0, t, noise, alpha_bar):
+    a = alpha_bar[t]
+    shape = (-1,) + (1,) * (x0.dim() - 1)
+    sqrt_a = a.sqrt().to(x0.dtype).view(shape).expand_as(x0).contiguous()
+    sqrt_1ma = (1 - a).sqrt().to(x0.dtype).view(shape).expand_as(x0).contiguous()
+    return sqrt_a * x0 + sqrt_1ma * noise
+'''},
+    "python_loop_over_batch": {"q_sample": '''
+def q_sample(x0, t, noise, alpha_bar):
+    out = []
+    for i in range(x0.shape[0]):
+        a = alpha_bar[t[i]]
+        out.append(a.sqrt().to(x0.dtype) * x0[i] + (1 - a).sqrt().to(x0.dtype) * noise[i])
+    return torch.stack(out)
+'''},
+    "unclipped_cosine": {"make_beta_schedule": '''
+def make_beta_schedule(kind, num_steps, beta_start=1e-4, beta_end=0.02, s=0.008, max_beta=0.999):
+    if kind == "linear":
+        return torch.linspace(beta_start, beta_end, num_steps, dtype=torch.float64)
+    if kind == "scaled_linear":
+        return torch.linspace(beta_start ** 0.5, beta_end ** 0.5, num_steps, dtype=torch.float64) ** 2
+    if kind == "cosine":
+        u = torch.arange(num_steps + 1, dtype=torch.float64) / num_steps
+        f = torch.cos((u + s) / (1 + s) * math.pi / 2) ** 2
+        return 1 - f[1:] / f[:-1]
+    raise ValueError(f"unknown kind {kind!r}: use linear, scaled_linear or cosine")
+'''},
+    "scaled_linear_typo": {"make_beta_schedule": '''
+def make_beta_schedule(kind, num_steps, beta_start=1e-4, beta_end=0.02, s=0.008, max_beta=0.999):
+    if kind == "linear":
+        return torch.linspace(beta_start, beta_end, num_steps, dtype=torch.float64)
+    if kind == "scaled_linear":
+        return torch.linspace(beta_start, beta_end, num_steps, dtype=torch.float64) ** 2
+    if kind == "cosine":
+        u = torch.arange(num_steps + 1, dtype=torch.float64) / num_steps
+        f = torch.cos((u + s) / (1 + s) * math.pi / 2) ** 2
+        return (1 - f[1:] / f[:-1]).clamp(max=max_beta)
+    raise ValueError(f"unknown kind {kind!r}: use linear, scaled_linear or cosine")
+'''},
+    "low_precision_alpha_bar": {"alpha_bar_from_betas": '''
+def alpha_bar_from_betas(betas):
+    return torch.cumprod(1 - betas.half(), dim=0).to(betas.dtype)
+'''},
+}
+
+_FULL = {"full_marks": True, "bug": None, "function": None}
+EXPECT = {
+    "reference": dict(_FULL),
+    "gather": dict(_FULL, function="q_sample"),
+    "sqrt_index": dict(_FULL, function="q_sample"),
+    "none_reshape": dict(_FULL, function="q_sample"),
+    "float64_coefficients": dict(_FULL, function="q_sample"),
+    "cosine_python_list": dict(_FULL, function="make_beta_schedule"),
+    "silent_broadcast": {"full_marks": False, "bug": "silent_broadcast", "function": "q_sample"},
+    "off_by_one_t": {"full_marks": False, "bug": "off_by_one_t", "function": "q_sample"},
+    "materialized_broadcast": {"full_marks": False, "bug": "materialized_broadcast", "function": "q_sample"},
+    "python_loop_over_batch": {"full_marks": False, "bug": "python_loop_over_batch", "function": "q_sample"},
+    "unclipped_cosine": {"full_marks": False, "bug": "unclipped_cosine", "function": "make_beta_schedule"},
+    "scaled_linear_typo": {"full_marks": False, "bug": "scaled_linear_typo", "function": "make_beta_schedule"},
+    "low_precision_alpha_bar": {"full_marks": False, "bug": "low_precision_alpha_bar",
+                                "function": "alpha_bar_from_betas"},
+}
