@@ -24,6 +24,7 @@ import nbformat
 from autograder import pipeline
 from autograder.kernel import Limits
 from autograder.release import generate, lab_ids
+from autograder.sandbox import SandboxConfig, launcher, prepare_workdir, require as require_sandbox
 
 CSV_COLUMNS = ["student", "lab", "test", "score", "max_score", "status", "diagnosis"]
 
@@ -31,43 +32,67 @@ CSV_COLUMNS = ["student", "lab", "test", "score", "max_score", "status", "diagno
 _labs: dict[str, tuple] = {}
 
 
-def _lab_state(root: Path, lab: str, scratch: Path, limits: Limits):
+def _launcher(sandbox_config: SandboxConfig | None, workdir: Path):
+    if sandbox_config is None:
+        return None
+    prepare_workdir(workdir)
+    return launcher(sandbox_config, workdir)
+
+
+def _lab_state(root: Path, lab: str, scratch: Path, limits: Limits, sandbox_config):
     if lab not in _labs:
         definition = pipeline.Lab.load(root, lab)
         ref_dir = pipeline.scratch_dir(scratch, f"reference-{lab}")
-        ref_kernel = pipeline.ReferenceKernel(definition, ref_dir, limits)
+        # The reference kernel runs in the same sandbox, so both sides of a timing ratio pay the same costs.
+        ref_kernel = pipeline.ReferenceKernel(definition, ref_dir, limits, _launcher(sandbox_config, ref_dir))
         atexit.register(ref_kernel.shutdown)
         _labs[lab] = (definition, pipeline.load_lab_reference(definition), ref_kernel)
     return _labs[lab]
 
 
-def grade_one(root: Path, submissions: Path, student: str, lab: str, scratch: Path, limits: Limits):
+def grade_one(root: Path, submissions: Path, student: str, lab: str, scratch: Path, limits: Limits,
+              sandbox_config: SandboxConfig | None):
     os.environ["GENLAB_ROOT"] = str(root)
-    definition, reference, ref_kernel = _lab_state(root, lab, scratch, limits)
+    definition, reference, ref_kernel = _lab_state(root, lab, scratch, limits, sandbox_config)
     workdir = pipeline.scratch_dir(scratch, student)
     try:
         return pipeline.grade_notebook(student, definition, submissions / student / lab / f"{lab}.ipynb",
                                        workdir=workdir, limits=limits, reference=reference,
-                                       reference_kernel=ref_kernel)
+                                       reference_kernel=ref_kernel, launcher=_launcher(sandbox_config, workdir))
     finally:
         pipeline.remove(workdir)
 
 
-def find_work(submissions: Path, labs: list[str]) -> list[tuple[str, str]]:
+def find_work(submissions: Path, labs: list[str], every_student: bool) -> list[tuple[str, str]]:
+    """(student, lab) pairs to grade. With ``--lab``, every student is graded on it (a student without the
+    notebook gets status missing); without it, each student on the labs they handed in a folder for."""
     students = sorted(p.name for p in submissions.iterdir() if p.is_dir() and not p.name.startswith("."))
-    return [(s, lab) for s in students for lab in labs]
+    return [(s, lab) for s in students for lab in labs if every_student or (submissions / s / lab).is_dir()]
 
 
 def grade_all(root: Path, submissions: Path, out: Path, *, workers: int = 1, labs: list[str] | None = None,
-              limits: Limits | None = None, progress=True) -> list[pipeline.Result]:
+              limits: Limits | None = None, progress=True, unsafe: bool = False,
+              sandbox_config: SandboxConfig | None = None) -> list[pipeline.Result]:
     root, submissions, out = Path(root).resolve(), Path(submissions).resolve(), Path(out).resolve()
     limits = limits or Limits()
+    if require_sandbox(unsafe):
+        sandbox_config = sandbox_config or SandboxConfig()
+        sandbox_config.hide = [root / "solutions", root / "autograder", root / ".git", out, submissions,
+                               *sandbox_config.hide]
+    else:
+        sandbox_config = None
+        print("WARNING: grading WITHOUT a sandbox (--unsafe): student code can read the hidden tests and write "
+              "the gradebook.", file=sys.stderr)
+    unknown = sorted(set(labs or []) - set(lab_ids(root)))
+    if unknown:
+        raise SystemExit(f"unknown lab(s) {unknown}: the labs are {lab_ids(root)}")
+    every_student = bool(labs)
     labs = labs or [lab for lab in lab_ids(root)
                     if any((p / lab).exists() for p in submissions.iterdir() if p.is_dir())]
     out.mkdir(parents=True, exist_ok=True)
     scratch = out / ".scratch"
     scratch.mkdir(exist_ok=True)
-    work = find_work(submissions, labs)
+    work = find_work(submissions, labs, every_student)
     results: list[pipeline.Result] = []
     started = time.monotonic()
 
@@ -80,11 +105,12 @@ def grade_all(root: Path, submissions: Path, out: Path, *, workers: int = 1, lab
 
     if workers <= 1:
         for i, (student, lab) in enumerate(work, 1):
-            results.append(grade_one(root, submissions, student, lab, scratch, limits))
+            results.append(grade_one(root, submissions, student, lab, scratch, limits, sandbox_config))
             report(i, results[-1])
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(grade_one, root, submissions, s, lab, scratch, limits) for s, lab in work]
+            futures = [pool.submit(grade_one, root, submissions, s, lab, scratch, limits, sandbox_config)
+                       for s, lab in work]
             for i, future in enumerate(as_completed(futures), 1):
                 results.append(future.result())
                 report(i, results[-1])

@@ -9,7 +9,9 @@ from __future__ import annotations
 import itertools
 import os
 import queue
+import secrets
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,12 +61,25 @@ class KernelSession:
     def start(self) -> None:
         self.rpc_dir.mkdir(parents=True, exist_ok=True)
         self.km = KernelManager(kernel_name="python3")
-        env = {**os.environ, **self.env, "MPLBACKEND": "Agg", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
         if self.launcher:
-            spec_argv = self.km.kernel_spec.argv
+            # In the sandbox there is no network, not even loopback: talk over Unix sockets in the scratch
+            # folder, and interrupt with a message, since signals cannot cross into its PID namespace.
+            self.km.transport = "ipc"
+            self.km.ip = str(self.workdir / "kernel")
+            self.km.connection_file = str(self.workdir / "kernel.json")
+            self.km.kernel_spec.interrupt_mode = "message"
+        # One thread per kernel: graders run several kernels on few cores, and oversubscribed OpenMP
+        # pools make timings swing by 10x. Student and reference kernels get the same setting, so the
+        # ratios the timing tests use stay fair.
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **self.env,
+               "MPLBACKEND": "Agg", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+        if self.launcher:
+            # jupyter_client swaps a leading "python" for this interpreter; behind a launcher it cannot.
+            spec_argv = [sys.executable if a in ("python", "python3") else a for a in self.km.kernel_spec.argv]
             self.km.kernel_spec.argv = [*self.launcher, *spec_argv]
         # The kernel's own stderr (ZMQ notices) is noise here; a crash is reported from its exit status.
-        self.km.start_kernel(cwd=str(self.workdir), env=env, stderr=subprocess.DEVNULL)
+        self.km.start_kernel(cwd=str(self.workdir), env=env, stdout=subprocess.DEVNULL,
+                             stderr=None if os.environ.get("GENLAB_KERNEL_STDERR") else subprocess.DEVNULL)
         self.kc = self.km.blocking_client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)
@@ -161,6 +176,8 @@ class KernelSession:
             code = self.km.provisioner.process.poll() if self.km.provisioner else None
         except Exception:  # noqa: BLE001
             pass
+        if code is not None and code > 128:  # bubblewrap passes on a signal death as 128 + signal
+            code = -(code - 128)
         if code is not None and code < 0:
             import signal
             name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
@@ -170,7 +187,8 @@ class KernelSession:
 
     # -- the request channel used by genlab.testing.proxy -------------------------------------------
     def request(self, header: dict, encoder: wire.Encoder):
-        path = self.rpc_dir / f"req-{next(self._counter)}"
+        # Unguessable names: a process the student left running cannot prepare an answer in advance.
+        path = self.rpc_dir / f"req-{next(self._counter)}-{secrets.token_hex(8)}"
         wire.write_message(path, header, encoder)
         run = self.run_cell(f"__import__('genlab.testing.server', fromlist=['serve']).serve({str(path)!r})",
                             timeout=min(self.limits.request_timeout_s, self.limits.cell_timeout_s), silent=True)

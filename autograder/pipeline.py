@@ -131,6 +131,7 @@ def grade_notebook(student: str, lab: Lab, path: Path, *, workdir: Path, limits:
     bugs = bugs_for(lab.id)
     outcomes: dict[str, Outcome] = {}
     all_calls: list = []
+    test_cells: dict = {}
 
     test_globals: dict = {"__name__": f"genlab_tests_{lab.id}"}
     with contextlib.redirect_stdout(io.StringIO()):  # the setup cell's banner is for students
@@ -162,7 +163,7 @@ def grade_notebook(student: str, lab: Lab, path: Path, *, workdir: Path, limits:
                     all_calls.extend(recorder.calls)
                     evidence += recorder.evidence
                     outcomes[test] = outcome
-                cell.outputs = [_verdict_output(outcomes[test], points[test])]
+                test_cells[test] = cell
                 continue
             run = session.run_cell(cell.source)
             cell.outputs = run.outputs
@@ -188,6 +189,8 @@ def grade_notebook(student: str, lab: Lab, path: Path, *, workdir: Path, limits:
         if outcome.status != PASSED:
             function = tests[test]["function"]
             outcome.diagnosis = diagnose(bugs, [c for c in all_calls if c.name == function], reference)
+    for test, cell in test_cells.items():
+        cell.outputs = [_verdict_output(outcomes[test], points[test])]
     final = []
     for test in tests:
         outcome = outcomes.get(test) or Outcome(test, KILLED if session.dead_reason else ERROR,

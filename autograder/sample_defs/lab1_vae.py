@@ -94,6 +94,9 @@ BUG_SAMPLES = {
 for _bug_id, _function in BUG_SAMPLES.items():
     SAMPLES[f"bug_{_bug_id}"] = {"cells": {_function: _bug(_function, _bug_id)}}
 
+# Functions that call another student function lose marks with it (negative_elbo uses gaussian_kl).
+DEPENDS = {"negative_elbo": ["gaussian_kl"]}
+
 # What the grader must conclude. "full" = every test passed; "bug" = the function's tests lose marks and
 # this bug is named; "tampered" = no unearned credit and the interference is reported; statuses by test.
 EXPECT: dict[str, dict] = {

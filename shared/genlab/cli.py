@@ -30,9 +30,18 @@ def cmd_grade(args) -> int:
     from autograder.grade import grade_all, gradebook_table
     from autograder.kernel import Limits
 
-    limits = Limits(cell_timeout_s=args.cell_timeout, notebook_timeout_s=args.notebook_timeout)
-    results = grade_all(_root(args), Path(args.submissions), Path(args.out), workers=args.workers,
-                        labs=args.lab or None, limits=limits, progress=not args.quiet)
+    from autograder.sandbox import SandboxConfig, SandboxUnavailable
+
+    limits = Limits(cell_timeout_s=args.cell_timeout, notebook_timeout_s=args.notebook_timeout,
+                    output_bytes_per_cell=args.output_limit)
+    sandbox = SandboxConfig(memory_bytes=int(args.memory_limit * 2**30))
+    try:
+        results = grade_all(_root(args), Path(args.submissions), Path(args.out), workers=args.workers,
+                            labs=args.lab or None, limits=limits, progress=not args.quiet, unsafe=args.unsafe,
+                            sandbox_config=sandbox)
+    except SandboxUnavailable as exc:
+        print(f"genlab grade: {exc}", file=sys.stderr)
+        return 2
     print(gradebook_table(results))
     out = Path(args.out).resolve()
     print(f"\ngrades: {out / 'grades.csv'}\nfeedback: {out / 'feedback'}/<student>/<lab>/<lab>.html\n"
@@ -77,6 +86,9 @@ def main(argv=None) -> int:
     p.add_argument("--lab", action="append", help="only this lab (repeatable)")
     p.add_argument("--cell-timeout", type=float, default=120.0, help="seconds per cell")
     p.add_argument("--notebook-timeout", type=float, default=900.0, help="seconds per notebook")
+    p.add_argument("--memory-limit", type=float, default=4.0, help="GiB of address space per kernel")
+    p.add_argument("--output-limit", type=int, default=100_000, help="bytes of output kept per cell")
+    p.add_argument("--unsafe", action="store_true", help="grade without a sandbox (trusted notebooks only)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_grade)
 

@@ -3,10 +3,10 @@
 ``SAMPLES[name]`` maps a solution cell's grade_id (the function name) to the full source a student might
 write; cells not listed keep the reference solution. ``EXPECT[name]`` says what the grader should make of it:
 full marks, or the catalogued bug (``genlab.catalog.lab2_diffusion``) it must fail on and be diagnosed with.
-Not a test module itself (no ``test_`` prefix): a harness substitutes these into the solution notebook.
+The notebooks under ``autograder/samples/<student>/lab2_diffusion/`` are generated from this file.
 """
 
-SAMPLES = {
+CELLS = {
     "reference": {},
 
     # --- correct alternatives: must get full marks ------------------------------------------------
@@ -117,7 +117,7 @@ def alpha_bar_from_betas(betas):
 }
 
 _FULL = {"full_marks": True, "bug": None, "function": None}
-EXPECT = {
+_EXPECTED = {
     "reference": dict(_FULL),
     "gather": dict(_FULL, function="q_sample"),
     "sqrt_index": dict(_FULL, function="q_sample"),
@@ -132,4 +132,16 @@ EXPECT = {
     "scaled_linear_typo": {"full_marks": False, "bug": "scaled_linear_typo", "function": "make_beta_schedule"},
     "low_precision_alpha_bar": {"full_marks": False, "bug": "low_precision_alpha_bar",
                                 "function": "alpha_bar_from_betas"},
+}
+
+
+# In the grader's format (see lab1_vae.py): one student folder per sample, the reference shared with Lab 1.
+def _student(name: str) -> str:
+    return name if name == "reference" else f"lab2_{name}"
+
+
+SAMPLES = {_student(name): {"cells": cells} for name, cells in CELLS.items()}
+EXPECT = {
+    _student(name): ({"full": True} if e["full_marks"] else {"full": False, "bug": e["bug"], "function": e["function"]})
+    for name, e in _EXPECTED.items()
 }

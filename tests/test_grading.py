@@ -1,0 +1,131 @@
+"""The grader over the sample submissions: full marks where earned, bugs named, attacks and faults contained.
+
+All samples are graded once, through the real command line (``genlab grade``), with 2 workers.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+import importlib
+
+from autograder.sample_submissions import LABS
+from genlab.testing.notebook import LabNotebook
+
+ROOT = Path(__file__).resolve().parents[1]
+LAB = "lab1_vae"
+TESTS = {lab: LabNotebook.read(ROOT / "solutions" / lab / f"{lab}.ipynb").tests for lab in LABS}
+DEFS = {lab: importlib.import_module(f"autograder.sample_defs.{lab}") for lab in LABS}
+CASES = [(lab, name, expect) for lab in LABS for name, expect in DEFS[lab].EXPECT.items()]
+
+
+def cases(predicate):
+    return [pytest.param(lab, name, id=f"{lab}-{name}") for lab, name, e in CASES if predicate(e)]
+
+
+@pytest.fixture(scope="session")
+def graded(tmp_path_factory):
+    out = tmp_path_factory.mktemp("graded")
+    cmd = [sys.executable, "-m", "genlab.cli", "--root", str(ROOT), "grade", str(ROOT / "autograder" / "samples"),
+           "--out", str(out), "--workers", "2", "--cell-timeout", "15", "--quiet"]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = defaultdict(dict)
+    with (out / "grades.csv").open() as f:
+        reader = csv.DictReader(f)
+        assert reader.fieldnames == ["student", "lab", "test", "score", "max_score", "status", "diagnosis"]
+        for row in reader:
+            rows[row["student"], row["lab"]][row["test"]] = row
+    results = {(r["student"], r["lab"]): r for r in json.loads((out / "results.json").read_text())}
+    return out, rows, results, run.stdout
+
+
+def test_every_sample_graded_and_nothing_lost(graded):
+    _, rows, _, _ = graded
+    assert set(rows) == {(name, lab) for lab, name, _ in CASES}
+    for (student, lab), tests in rows.items():
+        assert set(tests) == set(TESTS[lab]), f"{student}/{lab}: tests missing from the gradebook"
+
+
+@pytest.mark.parametrize("lab,sample", cases(lambda e: e.get("full")))
+def test_correct_code_gets_full_marks(graded, lab, sample):
+    _, rows, results, _ = graded
+    for test, row in rows[sample, lab].items():
+        assert row["status"] == "passed", f"{sample}/{test}: {row['status']}: " + next(
+            t["message"] for t in results[sample, lab]["tests"] if t["test"] == test)
+        assert float(row["score"]) == float(row["max_score"]) > 0
+        assert row["diagnosis"] == ""
+
+
+@pytest.mark.parametrize("lab,sample", cases(lambda e: "bug" in e))
+def test_each_catalogued_bug_loses_marks_and_is_named(graded, lab, sample):
+    _, all_rows, _, _ = graded
+    rows = {sample: all_rows[sample, lab]}
+    expect = DEFS[lab].EXPECT[sample]
+    own = {t: r for t, r in rows[sample].items() if TESTS[lab][t]["function"] == expect["function"]}
+    lost = [t for t, r in own.items() if float(r["score"]) < float(r["max_score"])]
+    assert lost, f"{sample}: no test of {expect['function']} failed"
+    named = {d for t in lost for d in own[t]["diagnosis"].split(";") if d}
+    assert named == {expect["bug"]}, f"{sample}: diagnosed {named}, expected {expect['bug']}"
+    depends = getattr(DEFS[lab], "DEPENDS", {})
+    others = {t: r for t, r in rows[sample].items() if t not in own
+              and expect["function"] not in depends.get(TESTS[lab][t]["function"], [])}
+    assert all(r["status"] == "passed" for r in others.values()), "other functions' tests must not suffer"
+
+
+@pytest.mark.parametrize("lab,sample", cases(lambda e: e.get("tampered")))
+def test_attacks_earn_nothing_and_are_reported(graded, lab, sample):
+    _, rows, results, _ = graded
+    assert all(float(r["score"]) == 0 for r in rows[sample, lab].values())
+    assert all(r["status"] == "tampered" for r in rows[sample, lab].values())
+    assert results[sample, lab]["evidence"], "the evidence must be kept for the instructor"
+
+
+@pytest.mark.parametrize("lab,sample", cases(lambda e: "failed_function" in e))
+def test_fake_data_earns_nothing(graded, lab, sample):
+    _, rows, _, _ = graded
+    function = DEFS[lab].EXPECT[sample]["failed_function"]
+    own = [r for t, r in rows[sample, lab].items() if TESTS[lab][t]["function"] == function]
+    assert own and all(float(r["score"]) == 0 for r in own)
+
+
+@pytest.mark.parametrize("lab,sample", cases(lambda e: "status" in e))
+def test_faults_cost_only_the_affected_tests(graded, lab, sample):
+    _, rows, results, _ = graded
+    for test, status in DEFS[lab].EXPECT[sample]["status"].items():
+        assert rows[sample, lab][test]["status"] == status, results[sample, lab]["tests"]
+
+
+@pytest.mark.parametrize("lab,sample", cases(lambda e: "notes" in e))
+def test_repairs_are_reported(graded, lab, sample):
+    _, _, results, _ = graded
+    notes = " ".join(results[sample, lab]["notes"])
+    for word in DEFS[lab].EXPECT[sample]["notes"]:
+        assert word in notes
+
+
+def test_gradebook_and_feedback_written(graded):
+    out, rows, _, stdout = graded
+    import sqlite3
+
+    db = sqlite3.connect(out / "gradebook.db")
+    total = dict(db.execute(
+        "select student.id, sum(grade.auto_score) from grade join submitted_notebook on grade.notebook_id = "
+        "submitted_notebook.id join submitted_assignment on submitted_notebook.assignment_id = "
+        "submitted_assignment.id join student on submitted_assignment.student_id = student.id group by student.id"))
+    per_student = defaultdict(float)
+    for (student, _lab), tests in rows.items():
+        per_student[student] += sum(float(r["score"]) for r in tests.values())
+    for student, score in per_student.items():
+        assert total[student] == pytest.approx(score)
+    html = (out / "feedback" / "bug_kl_sign_flipped" / LAB / f"{LAB}.html").read_text()
+    assert "YOUR CODE HERE" not in html and "def gaussian_kl" in html
+    assert "kl_sign_flipped" in html and "BEGIN HIDDEN" not in html
+    assert "kl_divergence(Normal" not in html, "hidden test code must not reach the feedback"
+    assert "== lab1_vae ==" in stdout
