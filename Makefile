@@ -26,6 +26,7 @@ demo: samples  ## autograde the sample submissions and print the gradebook
 	$(VENV)/bin/genlab grade autograder/samples --out out/demo --workers 2 --cell-timeout 20
 
 test: venv  ## the whole suite: unit tests, grading of the samples, nbval over the notebooks
+	GENLAB_TEST_PG_URL="$${GENLAB_TEST_PG_URL:-$$(bash .ci/postgres.sh || true)}" \
 	$(PY) -m pytest -q -p no:cacheprovider --nbval-lax tests solutions autograder/samples/reference
 
 lab: venv  ## JupyterLab on the student notebooks

@@ -9,7 +9,9 @@ Writes, under DIR:
 from __future__ import annotations
 
 import atexit
+import copy
 import csv
+import hashlib
 import json
 import logging
 import os
@@ -21,7 +23,11 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import pipeline
+from tqdm.auto import tqdm
+
+from autograder import cache, gradebook, pipeline
+from autograder.submissions import Found, locate, students
+from genlab.testing.notebook import grade_id
 from autograder.kernel import Limits
 from autograder.release import generate, lab_ids
 from autograder.sandbox import SandboxConfig, launcher, prepare_workdir, require as require_sandbox
@@ -50,31 +56,51 @@ def _lab_state(root: Path, lab: str, scratch: Path, limits: Limits, sandbox_conf
     return _labs[lab]
 
 
-def grade_one(root: Path, submissions: Path, student: str, lab: str, scratch: Path, limits: Limits,
-              sandbox_config: SandboxConfig | None):
+def grade_one(root: Path, student: str, lab: str, found: Found, scratch: Path, limits: Limits,
+              sandbox_config: SandboxConfig | None, out: Path):
     os.environ["GENLAB_ROOT"] = str(root)
+    source = root / "solutions" / lab / f"{lab}.ipynb"
+    result_key = cache.key(found.path, source)
+    cached = cache.load(out, student, lab, result_key)
+    if cached is not None:
+        return cached, True
     definition, reference, ref_kernel = _lab_state(root, lab, scratch, limits, sandbox_config)
     workdir = pipeline.scratch_dir(scratch, student)
     try:
-        return pipeline.grade_notebook(student, definition, submissions / student / lab / f"{lab}.ipynb",
-                                       workdir=workdir, limits=limits, reference=reference,
-                                       reference_kernel=ref_kernel, launcher=_launcher(sandbox_config, workdir))
+        result = pipeline.grade_notebook(
+            student, definition, found.path or (root / "missing" / f"{lab}.ipynb"), workdir=workdir,
+            limits=limits, reference=reference, reference_kernel=ref_kernel,
+            launcher=_launcher(sandbox_config, workdir))
     finally:
         pipeline.remove(workdir)
+    if found.note:
+        result.notes.insert(0, found.note)
+    cache.store(out, result, result_key)
+    return result, False
 
 
-def find_work(submissions: Path, labs: list[str], every_student: bool) -> list[tuple[str, str]]:
-    """(student, lab) pairs to grade. With ``--lab``, every student is graded on it (a student without the
-    notebook gets status missing); without it, each student on the labs they handed in a folder for."""
-    students = sorted(p.name for p in submissions.iterdir() if p.is_dir() and not p.name.startswith("."))
-    return [(s, lab) for s in students for lab in labs if every_student or (submissions / s / lab).is_dir()]
+def find_work(root: Path, submissions: Path, labs: list[str], every_student: bool) -> list[tuple[str, str, Found]]:
+    """(student, lab, notebook) to grade. With ``--lab``, every student is graded on it (no notebook: status
+    missing); without it, each student on every lab they handed a notebook in for, wherever it lies."""
+    ids = {lab: {grade_id(c) for c in pipeline.Lab.load(root, lab).release.cells} - {None} for lab in labs}
+    work = []
+    for student in students(submissions):
+        for lab in labs:
+            found = locate(submissions / student, lab, ids[lab])
+            if found.path is not None or every_student or (submissions / student / lab).is_dir():
+                work.append((student, lab, found))
+    return work
 
 
 def grade_all(root: Path, submissions: Path, out: Path, *, workers: int = 1, labs: list[str] | None = None,
               limits: Limits | None = None, progress=True, unsafe: bool = False,
-              sandbox_config: SandboxConfig | None = None) -> list[pipeline.Result]:
+              sandbox_config: SandboxConfig | None = None, db_url: str | None = None,
+              shard: tuple[int, int] = (0, 1)) -> list[pipeline.Result]:
     root, submissions, out = Path(root).resolve(), Path(submissions).resolve(), Path(out).resolve()
     limits = limits or Limits()
+    unknown = sorted(set(labs or []) - set(lab_ids(root)))
+    if unknown:
+        raise SystemExit(f"unknown lab(s) {unknown}: the labs are {lab_ids(root)}")
     if require_sandbox(unsafe):
         sandbox_config = sandbox_config or SandboxConfig()
         sandbox_config.hide = [root / "solutions", root / "autograder", root / ".git", out, submissions,
@@ -83,40 +109,62 @@ def grade_all(root: Path, submissions: Path, out: Path, *, workers: int = 1, lab
         sandbox_config = None
         print("WARNING: grading WITHOUT a sandbox (--unsafe): student code can read the hidden tests and write "
               "the gradebook.", file=sys.stderr)
-    unknown = sorted(set(labs or []) - set(lab_ids(root)))
-    if unknown:
-        raise SystemExit(f"unknown lab(s) {unknown}: the labs are {lab_ids(root)}")
     every_student = bool(labs)
-    labs = labs or [lab for lab in lab_ids(root)
-                    if any((p / lab).exists() for p in submissions.iterdir() if p.is_dir())]
+    labs = labs or lab_ids(root)
     out.mkdir(parents=True, exist_ok=True)
     scratch = out / ".scratch"
     scratch.mkdir(exist_ok=True)
-    work = find_work(submissions, labs, every_student)
+    work = [w for w in find_work(root, submissions, labs, every_student) if in_shard(w[0], shard)]
+    labs = sorted({lab for _, lab, _ in work}) or labs
     results: list[pipeline.Result] = []
-    started = time.monotonic()
+    reused = 0
+    bar = tqdm(total=len(work), unit="notebook", disable=not progress, file=sys.stderr)
 
-    def report(done: int, result: pipeline.Result):
-        if progress:
-            eta = (time.monotonic() - started) / done * (len(work) - done)
-            print(f"[{done}/{len(work)}] {result.student}/{result.lab}: "
-                  f"{sum(result.score(o.test) for o in result.outcomes):g}/{sum(result.points.values()):g} "
-                  f"({result.seconds:.1f} s, ETA {eta:.0f} s)", file=sys.stderr, flush=True)
+    def report(result: pipeline.Result, was_cached: bool):
+        nonlocal reused
+        reused += was_cached
+        earned = sum(result.score(o.test) for o in result.outcomes)
+        bar.set_postfix_str(f"{result.student}/{result.lab} {earned:g}/{sum(result.points.values()):g}"
+                            + (" (unchanged)" if was_cached else ""))
+        bar.update()
 
+    jobs = [(root, s, lab, found, scratch, limits, sandbox_config, out) for s, lab, found in work]
     if workers <= 1:
-        for i, (student, lab) in enumerate(work, 1):
-            results.append(grade_one(root, submissions, student, lab, scratch, limits, sandbox_config))
-            report(i, results[-1])
+        for job in jobs:
+            result, was_cached = grade_one(*job)
+            results.append(result)
+            report(result, was_cached)
     else:
+        # One student's notebook is graded by one worker; workers never share a student.
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(grade_one, root, submissions, s, lab, scratch, limits, sandbox_config)
-                       for s, lab in work]
-            for i, future in enumerate(as_completed(futures), 1):
-                results.append(future.result())
-                report(i, results[-1])
+            for future in as_completed([pool.submit(grade_one, *job) for job in jobs]):
+                result, was_cached = future.result()
+                results.append(result)
+                report(result, was_cached)
+    bar.close()
+    if reused and progress:
+        print(f"{reused} of {len(work)} notebooks unchanged since the last run: their results were reused",
+              file=sys.stderr)
     results.sort(key=lambda r: (r.student, r.lab))
-    write_outputs(root, out, results, labs)
+    write_outputs(root, out, results, labs, db_url)
     return results
+
+
+def in_shard(student: str, shard: tuple[int, int]) -> bool:
+    """Shard i of N grades the students whose stable hash is i mod N: every student in exactly one shard."""
+    index, count = shard
+    digest = hashlib.sha256(student.encode()).digest()
+    return int.from_bytes(digest[:8], "big") % count == index
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    try:
+        index, count = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise SystemExit(f"--shard takes I/N (e.g. 0/4), got {text!r}") from None
+    if not (count >= 1 and 0 <= index < count):
+        raise SystemExit(f"--shard {text}: need 0 <= I < N")
+    return index, count
 
 
 # -- outputs -----------------------------------------------------------------------------------------
@@ -147,35 +195,19 @@ def _summary_cell(result: pipeline.Result):
     return nbformat.v4.new_markdown_cell("\n".join(lines))
 
 
-def write_gradebook_and_feedback(root: Path, out: Path, results, labs) -> None:
-    from nbgrader.api import Gradebook
-    from nbgrader.apps import NbGrader  # noqa: F401
+def write_feedback(out: Path, db_url: str, results, labs) -> None:
+    """Autograded notebooks (with a summary on top) and nbgrader's feedback HTML, per student and lab."""
+    from nbgrader.apps import NbGrader  # noqa: F401 - registers nbgrader's config classes
     from nbgrader.converters import GenerateFeedback
     from nbgrader.coursedir import CourseDirectory
     from traitlets.config import Config
 
-    db_url = f"sqlite:///{out / 'gradebook.db'}"
-    for lab in labs:
-        generate(root, lab, out / ".release", db_url)  # records the lab's cells and points in the gradebook
-    warnings.filterwarnings("ignore", module="nbgrader.*")  # SQLAlchemy notices from nbgrader's own code
-    with Gradebook(db_url, "genlab") as gb:
-        for r in results:
-            gb.update_or_create_student(r.student)
-            try:
-                gb.remove_submission(r.lab, r.student)
-            except Exception:  # noqa: BLE001 - no earlier submission
-                pass
-            gb.add_submission(r.lab, r.student)
-            for o in r.outcomes:
-                grade = gb.find_grade(o.test, r.lab, r.lab, r.student)
-                grade.auto_score = r.score(o.test)
-            gb.db.commit()
     for r in results:
         if r.notebook is None:
             continue
         path = out / "autograded" / r.student / r.lab / f"{r.lab}.ipynb"
         path.parent.mkdir(parents=True, exist_ok=True)
-        nb = r.notebook
+        nb = copy.deepcopy(r.notebook)
         nb.cells.insert(0, _summary_cell(r))
         nbformat.write(nb, str(path))
     c = Config()
@@ -184,17 +216,23 @@ def write_gradebook_and_feedback(root: Path, out: Path, results, labs) -> None:
     c.CourseDirectory.course_id = "genlab"
     c.GenerateFeedback.force = True
     for lab in labs:
+        if not any(r.lab == lab and r.notebook is not None for r in results):
+            continue
         c.CourseDirectory.assignment_id = lab
-        coursedir = CourseDirectory(config=c)
-        converter = GenerateFeedback(coursedir=coursedir, config=c)
+        # Only this run's students: in a shared (sharded) gradebook other machines own the rest.
+        c.CourseDirectory.student_id = "*"
+        converter = GenerateFeedback(coursedir=CourseDirectory(config=c), config=c)
         converter.log.setLevel(logging.ERROR)
         converter.start()
 
 
-def write_outputs(root: Path, out: Path, results, labs) -> None:
+def write_outputs(root: Path, out: Path, results, labs, db_url: str | None = None) -> None:
+    warnings.filterwarnings("ignore", module="nbgrader.*")  # SQLAlchemy notices from nbgrader's own code
     write_csv(out, results)
     (out / "results.json").write_text(pipeline.dumps(results))
-    write_gradebook_and_feedback(root, out, results, labs)
+    db_url = db_url or f"sqlite:///{out / 'gradebook.db'}"
+    gradebook.record(db_url, root, labs, results, out / ".release")
+    write_feedback(out, db_url, results, labs)
 
 
 def gradebook_table(results) -> str:

@@ -83,11 +83,13 @@ def _setup(db_url: str, root: Path, labs: list[str], staging: Path) -> None:
 
 
 def _record_one(gb, r) -> None:
+    from nbgrader.api import MissingEntry
+
     gb.update_or_create_student(r.student)
     try:
         gb.remove_submission(r.lab, r.student)
-    except Exception:  # noqa: BLE001 - MissingEntry: no earlier submission
-        gb.db.rollback()
+    except MissingEntry:  # no earlier submission
+        pass
     gb.add_submission(r.lab, r.student)
     for o in r.outcomes:
         gb.find_grade(o.test, r.lab, r.lab, r.student).auto_score = r.score(o.test)
@@ -98,20 +100,22 @@ def record(db_url: str, root: Path, labs: list[str], results, staging: Path) -> 
     """Writes ``results`` (each ``.student``, ``.lab``, ``.outcomes``, ``.score(test)``) into the gradebook
     at ``db_url``, replacing each student's earlier submission for that lab. ``staging`` is a scratch folder
     of this machine's (the release notebooks nbgrader writes while recording a lab)."""
-    from nbgrader.api import Gradebook, InvalidEntry
-
     root, staging = Path(root), Path(staging)
     sqlite = make_url(db_url).get_backend_name() == "sqlite"
     warnings.filterwarnings("ignore", module="nbgrader.*")  # SQLAlchemy notices from nbgrader's own code
     with _lock(db_url, staging):
         _setup(db_url, root, sorted(set(labs) | {r.lab for r in results}), staging)
         if sqlite:
-            return _record_all(Gradebook(db_url, COURSE), results, (InvalidEntry, DBAPIError))
-    _record_all(Gradebook(db_url, COURSE), results, (InvalidEntry, DBAPIError))
+            _record_all(db_url, results)
+    if not sqlite:
+        _record_all(db_url, results)
 
 
-def _record_all(gb, results, retry_on) -> None:
-    with gb:
+def _record_all(db_url: str, results) -> None:
+    from nbgrader.api import Gradebook, InvalidEntry
+
+    retry_on = (InvalidEntry, DBAPIError)  # nbgrader wraps IntegrityError in InvalidEntry
+    with Gradebook(db_url, COURSE) as gb:
         for r in results:
             for attempt in range(ATTEMPTS):
                 try:

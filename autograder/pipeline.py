@@ -167,6 +167,9 @@ def grade_notebook(student: str, lab: Lab, path: Path, *, workdir: Path, limits:
                 continue
             run = session.run_cell(cell.source)
             cell.outputs = run.outputs
+            if run.status == "error" and any(m in run.error for m in MEMORY_ERRORS):
+                assembled.notes.append(f"cell {index} ({grade_id(cell) or 'your cell'}) ran out of memory: the "
+                                       f"limit is {limits_note(launcher)}; later tests may fail because of it")
             if run.status in ("timeout", "dead"):
                 msg = f"cell {index} ({grade_id(cell) or 'your cell'}): {run.error}"
                 session.dead_reason = session.dead_reason or msg
@@ -201,6 +204,16 @@ def grade_notebook(student: str, lab: Lab, path: Path, *, workdir: Path, limits:
         final.append(outcome)
     return Result(student, lab.id, final, points, assembled.notes, evidence, assembled.nb,
                   time.monotonic() - start)
+
+
+MEMORY_ERRORS = ("can't allocate memory", "MemoryError", "CUDA out of memory", "OutOfMemoryError")
+
+
+def limits_note(launcher) -> str:
+    for arg in launcher or []:
+        if arg.startswith("--as="):
+            return f"{int(arg[5:]) / 2**30:g} GiB of address space per kernel"
+    return "the machine's memory"
 
 
 def _empty_encoder():

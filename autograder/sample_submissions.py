@@ -37,10 +37,33 @@ def build(root: Path, lab: str, name: str, spec: dict) -> nbformat.NotebookNode:
         out.append(cell)
         if gid in spec.get("after", {}):
             out.append(nbformat.v4.new_code_cell(spec["after"][gid]))
+    for gid in spec.get("duplicate", []):
+        out += [copy.deepcopy(c) for c in out if grade_id(c) == gid]
+    if "swap" in spec:
+        a, b = (next(i for i, c in enumerate(out) if grade_id(c) == g) for g in spec["swap"])
+        out[a], out[b] = out[b], out[a]
     nb.cells = out
     for i, cell in enumerate(nb.cells):
         cell["id"] = f"cell-{i:03d}"
     return nb
+
+
+def write(root: Path, lab: str, name: str, spec: dict, out: Path) -> Path | None:
+    """Writes one sample where a student would have put it; returns the notebook's path (None if absent)."""
+    folder = out / name / lab
+    folder.mkdir(parents=True, exist_ok=True)
+    if spec.get("missing"):
+        (folder / ".keep").write_text("the student handed in an empty folder\n")
+        return None
+    path = out / name / spec["path"] if "path" in spec else folder / f"{lab}.ipynb"
+    if "path" in spec:
+        folder.rmdir()
+        path.parent.mkdir(parents=True, exist_ok=True)
+    if "raw" in spec:
+        path.write_text(spec["raw"])
+    else:
+        nbformat.write(build(root, lab, name, spec), str(path))
+    return path
 
 
 def generate(root: Path, out: Path | None = None) -> list[Path]:
@@ -49,13 +72,10 @@ def generate(root: Path, out: Path | None = None) -> list[Path]:
     for lab in LABS:
         module = importlib.import_module(f"autograder.sample_defs.{lab}")
         for name, spec in module.SAMPLES.items():
-            path = out / name / lab / f"{lab}.ipynb"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            nbformat.write(build(root, lab, name, spec), str(path))
-            written.append(path)
+            written.append(write(root, lab, name, spec, out))
     return written
 
 
 if __name__ == "__main__":
     for p in generate(HERE.parent.parent):
-        print(p)
+        print(p or "(no notebook)")

@@ -98,8 +98,37 @@ def test_fake_data_earns_nothing(graded, lab, sample):
 @pytest.mark.parametrize("lab,sample", cases(lambda e: "status" in e))
 def test_faults_cost_only_the_affected_tests(graded, lab, sample):
     _, rows, results, _ = graded
-    for test, status in DEFS[lab].EXPECT[sample]["status"].items():
+    expect = DEFS[lab].EXPECT[sample]
+    for test, status in expect["status"].items():
         assert rows[sample, lab][test]["status"] == status, results[sample, lab]["tests"]
+    messages = {t["test"]: t["message"] for t in results[sample, lab]["tests"]}
+    for test, words in expect.get("message", {}).items():
+        assert words in messages[test], messages[test]
+
+
+@pytest.mark.parametrize("lab,sample", cases(lambda e: "status_all" in e))
+def test_unreadable_or_missing_notebooks_keep_every_row(graded, lab, sample):
+    _, rows, results, _ = graded
+    assert {r["status"] for r in rows[sample, lab].values()} == {DEFS[lab].EXPECT[sample]["status_all"]}
+    assert all(float(r["score"]) == 0 for r in rows[sample, lab].values())
+    assert all(t["message"] for t in results[sample, lab]["tests"]), "each row must say why"
+
+
+@pytest.mark.parametrize("lab,sample", cases(lambda e: "no_process" in e))
+def test_processes_left_running_are_killed(graded, lab, sample):
+    marker = DEFS[lab].EXPECT[sample]["no_process"]
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert marker not in ps, "a process the student started outlived the grading"
+
+
+@pytest.mark.parametrize("lab,sample", cases(lambda e: "max_notebook_bytes" in e))
+def test_output_floods_are_capped(graded, lab, sample):
+    out, rows, _, _ = graded
+    graded_nb = out / "autograded" / sample / lab / f"{lab}.ipynb"
+    feedback = out / "feedback" / sample / lab / f"{lab}.html"
+    limit = DEFS[lab].EXPECT[sample]["max_notebook_bytes"]
+    assert graded_nb.stat().st_size < limit and feedback.stat().st_size < limit + 1_000_000
+    assert "bytes of output dropped" in graded_nb.read_text()
 
 
 @pytest.mark.parametrize("lab,sample", cases(lambda e: "notes" in e))
@@ -125,7 +154,7 @@ def test_gradebook_and_feedback_written(graded):
     for student, score in per_student.items():
         assert total[student] == pytest.approx(score)
     html = (out / "feedback" / "bug_kl_sign_flipped" / LAB / f"{LAB}.html").read_text()
-    assert "YOUR CODE HERE" not in html and "def gaussian_kl" in html
+    assert "raise NotImplementedError" not in html and "def gaussian_kl" in html
     assert "kl_sign_flipped" in html and "BEGIN HIDDEN" not in html
     assert "kl_divergence(Normal" not in html, "hidden test code must not reach the feedback"
     assert "== lab1_vae ==" in stdout

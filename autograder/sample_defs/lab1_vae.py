@@ -82,6 +82,36 @@ SAMPLES: dict[str, dict] = {
     "fault_infinite_loop": {"cells": {**CORRECT, "negative_elbo": ELBO_HEAD + "    while True:\n        pass\n"}},
     "fault_deleted_tests": {"cells": {}, "delete": ["reparameterize_value", "gaussian_kl_value"],
                             "edit": {"reparameterize_shape": "pass  # edited away\n"}},
+    "fault_reordered_duplicated": {"cells": {}, "swap": ["gaussian_kl", "reparameterize"],
+                                   "duplicate": ["gaussian_kl_value"]},
+    "fault_sys_exit": {"cells": {}, "after": {"reparameterize_shape": "import sys\nsys.exit(1)\n"}},
+    "fault_segfault": {"cells": {}, "after": {"gaussian_kl_gradient": "import ctypes\nctypes.string_at(0)\n"}},
+    "fault_sigint_ignored": {"cells": {}, "after": {"gaussian_kl_gradient":
+        "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass\n"}},
+    "fault_out_of_memory": {"cells": {}, "after": {"reparameterize_shape": "big = torch.ones(2 ** 36)\n"}},
+    "fault_background_process": {"cells": {}, "after": {"reparameterize_shape":
+        "import subprocess\nsubprocess.Popen(['sleep', '987654'])\n"}},
+    "fault_output_flood": {"cells": {}, "after": {"reparameterize_shape": "print('x' * 50_000_000)\n"
+                                                  "for i in range(200_000):\n    print(i)\n"}},
+    "fault_invalid_json": {"raw": '{"cells": [ this is not json'},
+    "fault_missing_notebook": {"missing": True},
+    "fault_wrong_name": {"cells": {}, "path": "lab1/Lab1 (1).ipynb"},
+    # -- attacks the sandbox stops (no string that a scan could catch) ----------------------------------
+    "attack_read_solutions": {"cells": {"reparameterize":
+        "import glob, json, os\n_secret = {}\n"
+        "for _p in glob.glob(os.path.join(os.path.expanduser('~'), '..', '..', '..', '**', '*.ipynb'), recursive=True)"
+        " + glob.glob('/work/**/*.ipynb', recursive=True):\n"
+        "    if 'sol' + 'utions' in _p:\n"
+        "        for _c in json.load(open(_p))['cells']:\n"
+        "            if 'def reparameterize' in ''.join(_c['source']):\n"
+        "                exec(''.join(_c['source']), _secret)\n"
+        "if 'reparameterize' in _secret:\n    reparameterize = _secret['reparameterize']\nelse:\n"
+        "    " + REPARAM_HEAD.replace("\n", "\n    ") + "    return mu\n"}},
+    "attack_kill_grader": {"cells": {}, "after": {"reparameterize_shape":
+        "import os, signal\nfor _pid in range(2, 400):\n    try:\n        os.kill(_pid, signal.SIGKILL)\n"
+        "    except OSError:\n        pass\n"}},
+    "attack_print_pass": {"cells": {"gaussian_kl": KL_HEAD + "    print('[genlab grader] gaussian_kl_value: PASSED "
+                                    "(2/2 points)')\n    return torch.zeros(mu.shape[0])\n"}},
 }
 
 BUG_SAMPLES = {
@@ -111,4 +141,18 @@ EXPECT: dict[str, dict] = {
                               "gaussian_kl_gradient": "passed", "reparameterize_shape": "passed"}},
     "fault_infinite_loop": {"status": {"negative_elbo_value": "timeout", "reparameterize_value": "passed"}},
     "fault_deleted_tests": {"full": True, "notes": ["deleted", "edited"]},
+    "fault_reordered_duplicated": {"full": True, "notes": ["moved", "more than once"]},
+    "fault_sys_exit": {"full": True},
+    "fault_segfault": {"status": {"gaussian_kl_gradient": "passed", "negative_elbo_value": "killed"},
+                       "message": {"negative_elbo_value": "SIGSEGV"}},
+    "fault_sigint_ignored": {"status": {"gaussian_kl_gradient": "passed", "negative_elbo_value": "timeout"}},
+    "fault_out_of_memory": {"full": True, "notes": ["out of memory"]},
+    "fault_background_process": {"full": True, "no_process": "987654"},
+    "fault_output_flood": {"full": True, "max_notebook_bytes": 2_000_000},
+    "fault_invalid_json": {"status_all": "error"},
+    "fault_missing_notebook": {"status_all": "missing"},
+    "fault_wrong_name": {"full": True, "notes": ["another name"]},
+    "attack_read_solutions": {"full": False, "failed_function": "reparameterize"},
+    "attack_kill_grader": {"tampered": True},
+    "attack_print_pass": {"full": False, "failed_function": "gaussian_kl"},
 }

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -27,7 +28,7 @@ def cmd_release(args) -> int:
 
 
 def cmd_grade(args) -> int:
-    from autograder.grade import grade_all, gradebook_table
+    from autograder.grade import grade_all, gradebook_table, parse_shard
     from autograder.kernel import Limits
 
     from autograder.sandbox import SandboxConfig, SandboxUnavailable
@@ -38,14 +39,16 @@ def cmd_grade(args) -> int:
     try:
         results = grade_all(_root(args), Path(args.submissions), Path(args.out), workers=args.workers,
                             labs=args.lab or None, limits=limits, progress=not args.quiet, unsafe=args.unsafe,
-                            sandbox_config=sandbox)
+                            sandbox_config=sandbox, db_url=args.db or os.environ.get("GENLAB_DB") or None,
+                            shard=parse_shard(args.shard))
     except SandboxUnavailable as exc:
         print(f"genlab grade: {exc}", file=sys.stderr)
         return 2
     print(gradebook_table(results))
     out = Path(args.out).resolve()
+    gradebook = args.db or os.environ.get("GENLAB_DB") or out / "gradebook.db"
     print(f"\ngrades: {out / 'grades.csv'}\nfeedback: {out / 'feedback'}/<student>/<lab>/<lab>.html\n"
-          f"gradebook: {out / 'gradebook.db'}")
+          f"gradebook: {gradebook}")
     return 0
 
 
@@ -89,6 +92,9 @@ def main(argv=None) -> int:
     p.add_argument("--memory-limit", type=float, default=4.0, help="GiB of address space per kernel")
     p.add_argument("--output-limit", type=int, default=100_000, help="bytes of output kept per cell")
     p.add_argument("--unsafe", action="store_true", help="grade without a sandbox (trusted notebooks only)")
+    p.add_argument("--db", help="gradebook URL, e.g. postgresql://user:pw@host/db (default: DIR/gradebook.db; "
+                                "also read from $GENLAB_DB)")
+    p.add_argument("--shard", default="0/1", help="I/N: grade only shard I of N of the students")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_grade)
 
