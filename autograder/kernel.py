@@ -191,7 +191,7 @@ class KernelSession:
         path = self.rpc_dir / f"req-{next(self._counter)}-{secrets.token_hex(8)}"
         wire.write_message(path, header, encoder)
         run = self.run_cell(f"__import__('genlab.testing.server', fromlist=['serve']).serve({str(path)!r})",
-                            timeout=min(self.limits.request_timeout_s, self.limits.cell_timeout_s), silent=True)
+                            timeout=self.limits.request_timeout_s, silent=True)
         if run.status == "dead":
             raise KernelLost(run.error)
         if run.status == "timeout":

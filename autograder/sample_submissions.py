@@ -10,7 +10,7 @@ import nbformat
 from genlab.testing.notebook import grade_id, is_solution
 
 HERE = Path(__file__).parent / "samples"
-LABS = ["lab1_vae", "lab2_diffusion"]
+LABS = ["lab1_vae", "lab2_diffusion", "lab3_attention"]
 
 
 def reference_sources(root: Path, lab: str) -> dict[str, str]:

@@ -33,7 +33,7 @@ def cases(predicate):
 def graded(tmp_path_factory):
     out = tmp_path_factory.mktemp("graded")
     cmd = [sys.executable, "-m", "genlab.cli", "--root", str(ROOT), "grade", str(ROOT / "autograder" / "samples"),
-           "--out", str(out), "--workers", "2", "--cell-timeout", "15", "--quiet"]
+           "--out", str(out), "--workers", "2", "--cell-timeout", "60", "--test-timeout", "20", "--quiet"]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     assert run.returncode == 0, run.stderr[-3000:]
     rows = defaultdict(dict)

@@ -79,7 +79,9 @@ SAMPLES: dict[str, dict] = {
         "    return torch.stack([mu[i] + torch.exp(0.5 * logvar[i]) * eps[i] for i in range(mu.shape[0])])\n"}},
     # -- faults: graded cleanly, each with its own status ------------------------------------------------
     "fault_exit": {"cells": dict(CORRECT), "after": {"gaussian_kl_gradient": "import os\nos._exit(3)\n"}},
-    "fault_infinite_loop": {"cells": {**CORRECT, "negative_elbo": ELBO_HEAD + "    while True:\n        pass\n"}},
+    # Loops for ever when beta != 1 (the hidden tests try other betas); the lab's training uses beta = 1.
+    "fault_infinite_loop": {"cells": {**CORRECT, "negative_elbo": CORRECT["negative_elbo"].replace(
+        "    recon =", "    while beta != 1.0:\n        pass\n    recon =")}},
     "fault_deleted_tests": {"cells": {}, "delete": ["reparameterize_value", "gaussian_kl_value"],
                             "edit": {"reparameterize_shape": "pass  # edited away\n"}},
     "fault_reordered_duplicated": {"cells": {}, "swap": ["gaussian_kl", "reparameterize"],
@@ -139,7 +141,8 @@ EXPECT: dict[str, dict] = {
     "attack_fake_timer": {"tampered": True},
     "fault_exit": {"status": {"negative_elbo_gradient": "killed", "negative_elbo_value": "killed",
                               "gaussian_kl_gradient": "passed", "reparameterize_shape": "passed"}},
-    "fault_infinite_loop": {"status": {"negative_elbo_value": "timeout", "reparameterize_value": "passed"}},
+    "fault_infinite_loop": {"status": {"negative_elbo_value": "timeout", "reparameterize_value": "passed",
+                                       "negative_elbo_gradient": "passed"}},
     "fault_deleted_tests": {"full": True, "notes": ["deleted", "edited"]},
     "fault_reordered_duplicated": {"full": True, "notes": ["moved", "more than once"]},
     "fault_sys_exit": {"full": True},

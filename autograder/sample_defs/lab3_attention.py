@@ -111,3 +111,7 @@ EXPECT: dict[str, dict] = {
     "lab3_variant_own_mask_sdpa": {"full": True},
     **{f"lab3_bug_{b}": {"full": False, "bug": b, "function": f} for b, f in BUG_SAMPLES.items()},
 }
+
+# The reference student hands in every lab (its folder is shared with Labs 1 and 2).
+SAMPLES["reference"] = {"cells": {}}
+EXPECT["reference"] = {"full": True}

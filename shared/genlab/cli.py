@@ -34,6 +34,7 @@ def cmd_grade(args) -> int:
     from autograder.sandbox import SandboxConfig, SandboxUnavailable
 
     limits = Limits(cell_timeout_s=args.cell_timeout, notebook_timeout_s=args.notebook_timeout,
+                    request_timeout_s=args.test_timeout,
                     output_bytes_per_cell=args.output_limit)
     sandbox = SandboxConfig(memory_bytes=int(args.memory_limit * 2**30))
     try:
@@ -89,6 +90,8 @@ def main(argv=None) -> int:
     p.add_argument("--lab", action="append", help="only this lab (repeatable)")
     p.add_argument("--cell-timeout", type=float, default=120.0, help="seconds per cell")
     p.add_argument("--notebook-timeout", type=float, default=900.0, help="seconds per notebook")
+    p.add_argument("--test-timeout", type=float, default=60.0,
+                   help="seconds for one call of a student function made by a test")
     p.add_argument("--memory-limit", type=float, default=4.0, help="GiB of address space per kernel")
     p.add_argument("--output-limit", type=int, default=100_000, help="bytes of output kept per cell")
     p.add_argument("--unsafe", action="store_true", help="grade without a sandbox (trusted notebooks only)")

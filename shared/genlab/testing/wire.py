@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,7 @@ class Encoder:
         if type(value) in (list, tuple):
             items = [self.encode(v) for v in value]
             return items if type(value) is list else {"__tuple__": items}
-        if type(value) is dict and all(type(k) is str for k in value):
+        if type(value) in (dict, OrderedDict) and all(type(k) is str for k in value):  # state_dict()
             return {"__dict__": {k: self.encode(v) for k, v in value.items()}}
         if self.keep is None:
             raise TypeError(f"cannot send a {type(value).__name__} to the kernel")
