@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.genlab-installed
 
-.PHONY: venv demo test lab release samples clean
+.PHONY: venv demo test lab release outputs samples clean
 
 $(STAMP): requirements/ci.txt pyproject.toml
 	bash .ci/system-deps.sh
@@ -19,6 +19,9 @@ venv: $(STAMP)
 release: venv  ## regenerate labs/ from solutions/ (nbgrader generate_assignment)
 	$(VENV)/bin/genlab release
 
+outputs: venv  ## rerun the solution notebooks and store the outputs nbval compares
+	$(VENV)/bin/genlab release --outputs
+
 samples: release  ## regenerate autograder/samples/ from autograder/sample_defs/
 	$(PY) -m autograder.sample_submissions > /dev/null
 
@@ -27,7 +30,8 @@ demo: samples  ## autograde the sample submissions and print the gradebook
 
 test: venv  ## the whole suite: unit tests, grading of the samples, nbval over the notebooks
 	GENLAB_TEST_PG_URL="$${GENLAB_TEST_PG_URL:-$$(bash .ci/postgres.sh || true)}" \
-	$(PY) -m pytest -q -p no:cacheprovider --nbval-lax tests solutions autograder/samples/reference
+	$(PY) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-sanitize-with .ci/nbval-sanitize.cfg \
+		tests solutions autograder/samples/reference
 
 lab: venv  ## JupyterLab on the student notebooks
 	$(VENV)/bin/jupyter lab labs/

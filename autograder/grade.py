@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 import time
+import traceback
 import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -70,7 +71,17 @@ def grade_one(root: Path, student: str, lab: str, found: Found, scratch: Path, l
         result = pipeline.grade_notebook(
             student, definition, found.path or (root / "missing" / f"{lab}.ipynb"), workdir=workdir,
             limits=limits, reference=reference, reference_kernel=ref_kernel,
-            launcher=_launcher(sandbox_config, workdir))
+            launcher=_launcher(sandbox_config, workdir),
+            cgroup_limits=(sandbox_config.memory_bytes, sandbox_config.max_processes) if sandbox_config else None)
+    except Exception:  # noqa: BLE001 - a grader fault on one notebook must not lose anyone's rows
+        trace = traceback.format_exc()
+        with (out / "grader-errors.log").open("a") as log:
+            log.write(f"== {student}/{lab}\n{trace}\n")
+        outcomes = pipeline.all_outcomes(definition, pipeline.ERROR,
+                                         "the grader could not grade this notebook (an instructor will look: "
+                                         "see grader-errors.log); nothing was marked wrong in your code")
+        return pipeline.Result(student, lab, outcomes, {t: s["points"] for t, s in definition.tests.items()},
+                               [f"internal grader error: {trace.strip().splitlines()[-1]}"]), False
     finally:
         pipeline.remove(workdir)
     if found.note:

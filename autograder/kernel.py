@@ -19,6 +19,7 @@ from pathlib import Path
 import nbformat
 from jupyter_client import KernelManager
 
+from autograder import cgroups
 from genlab.testing import wire
 from genlab.testing.proxy import KernelLost, RemoteTimeout
 
@@ -45,7 +46,7 @@ class KernelSession:
     """One kernel in ``workdir``; ``launcher`` prefixes the kernel command (a sandbox, see sandbox.py)."""
 
     def __init__(self, workdir: Path, limits: Limits = Limits(), env: dict | None = None,
-                 launcher: list[str] | None = None):
+                 launcher: list[str] | None = None, cgroup_limits: tuple[int, int] | None = None):
         self.workdir = Path(workdir)
         self.rpc_dir = self.workdir / ".genlab_rpc"
         self.limits = limits
@@ -56,6 +57,8 @@ class KernelSession:
         self.kc = None
         self.dead_reason = ""
         self.started_at = 0.0
+        self.cgroup_limits = cgroup_limits   # (memory bytes, processes), applied when cgroups are usable
+        self.cgroup = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -73,10 +76,14 @@ class KernelSession:
         # ratios the timing tests use stay fair.
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **self.env,
                "MPLBACKEND": "Agg", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
-        if self.launcher:
+        launcher = list(self.launcher)
+        if self.cgroup_limits and cgroups.usable():
+            self.cgroup = cgroups.Cgroup.create(*self.cgroup_limits)
+            launcher = [*self.cgroup.launcher(), *launcher]
+        if launcher:
             # jupyter_client swaps a leading "python" for this interpreter; behind a launcher it cannot.
             spec_argv = [sys.executable if a in ("python", "python3") else a for a in self.km.kernel_spec.argv]
-            self.km.kernel_spec.argv = [*self.launcher, *spec_argv]
+            self.km.kernel_spec.argv = [*launcher, *spec_argv]
         # The kernel's own stderr (ZMQ notices) is noise here; a crash is reported from its exit status.
         self.km.start_kernel(cwd=str(self.workdir), env=env, stdout=subprocess.DEVNULL,
                              stderr=None if os.environ.get("GENLAB_KERNEL_STDERR") else subprocess.DEVNULL)
@@ -96,6 +103,9 @@ class KernelSession:
                 self.km.shutdown_kernel(now=True)
             except Exception:  # noqa: BLE001 - already gone
                 pass
+        if self.cgroup is not None:
+            self.cgroup.remove()  # kills whatever the student's code left running, then the group
+            self.cgroup = None
         self.km = self.kc = None
 
     def __enter__(self):
@@ -133,7 +143,7 @@ class KernelSession:
                     deadline = now + self.limits.interrupt_grace_s
                 elif now > deadline and interrupted:
                     # The cell ignored SIGINT: only killing the kernel stops it.
-                    self.dead_reason = f"stopped after {timeout:.0f} s: the cell ignored the interrupt"
+                    self.dead_reason = f"timeout: stopped after {timeout:.0f} s, and the cell ignored the interrupt"
                     self._kill()
                     run.status, run.error = "timeout", self.dead_reason
                     break
@@ -171,6 +181,8 @@ class KernelSession:
             pass
 
     def _death_reason(self) -> str:
+        if self.cgroup is not None and self.cgroup.oom_killed():
+            return f"killed: memory limit {self.cgroup.memory_bytes / 2**30:g} GiB exceeded"
         code = None
         try:
             code = self.km.provisioner.process.poll() if self.km.provisioner else None

@@ -108,21 +108,36 @@ def _verdict_output(outcome: Outcome, points: float) -> nbformat.NotebookNode:
                                   text="\n".join(lines) + "\n")
 
 
+def _check_cells(nb) -> None:
+    """The little structure the grader relies on; nbformat itself accepts much stranger files."""
+    if not isinstance(nb.get("cells"), list):
+        raise ValueError("it has no list of cells")
+    for i, cell in enumerate(nb.cells):
+        if not isinstance(cell, dict) or cell.get("cell_type") not in ("code", "markdown", "raw") \
+                or not isinstance(cell.get("source", ""), str):
+            raise ValueError(f"cell {i} is not a notebook cell")
+        if not isinstance(cell.get("metadata", {}), dict):
+            raise ValueError(f"cell {i} has malformed metadata")
+
+
 def all_outcomes(lab: Lab, status: str, message: str) -> list[Outcome]:
     return [Outcome(test, status, message) for test in lab.tests]
 
 
 def grade_notebook(student: str, lab: Lab, path: Path, *, workdir: Path, limits: Limits,
-                   reference: Reference, reference_kernel: ReferenceKernel, launcher=None) -> Result:
+                   reference: Reference, reference_kernel: ReferenceKernel, launcher=None,
+                   cgroup_limits: tuple[int, int] | None = None) -> Result:
     points = {t: spec["points"] for t, spec in lab.tests.items()}
     start = time.monotonic()
     if not path.exists():
         return Result(student, lab.id, all_outcomes(lab, MISSING, f"no notebook at {path.name}"), points)
     try:
         submitted = nbformat.read(str(path), as_version=4)
+        _check_cells(submitted)
     except Exception as exc:  # noqa: BLE001 - not JSON, not a notebook, unreadable
-        return Result(student, lab.id, all_outcomes(lab, ERROR, f"the notebook could not be read: {exc}"[:500]),
-                      points)
+        return Result(student, lab.id, all_outcomes(
+            lab, ERROR, f"the notebook could not be read ({exc})"[:500] + ": open it in JupyterLab, save it, and "
+                        "hand it in again"), points)
 
     assembled = assemble(submitted, lab.release)
     evidence = [e for where, src in assembled.student_cells for e in scan_source(src, where)]
@@ -138,7 +153,7 @@ def grade_notebook(student: str, lab: Lab, path: Path, *, workdir: Path, limits:
         exec(compile(lab.source.setup_source, "<setup>", "exec"), test_globals)
     ref_session = _LazyReferenceSession(reference_kernel)
 
-    session = KernelSession(workdir, limits, launcher=launcher)
+    session = KernelSession(workdir, limits, launcher=launcher, cgroup_limits=cgroup_limits)
     try:
         session.start()
         boot = session.run_cell("import genlab.testing.server as _genlab_server; _genlab_server.install()",
@@ -165,14 +180,24 @@ def grade_notebook(student: str, lab: Lab, path: Path, *, workdir: Path, limits:
                     outcomes[test] = outcome
                 test_cells[test] = cell
                 continue
+            if not session.alive():
+                cell.outputs = [nbformat.v4.new_output("stream", name="stderr",
+                                                       text=f"[genlab grader] not run: {session.dead_reason}\n")]
+                continue
             run = session.run_cell(cell.source)
             cell.outputs = run.outputs
+            where = f"cell {index} ({grade_id(cell) or 'a cell you added'})"
             if run.status == "error" and any(m in run.error for m in MEMORY_ERRORS):
-                assembled.notes.append(f"cell {index} ({grade_id(cell) or 'your cell'}) ran out of memory: the "
-                                       f"limit is {limits_note(launcher)}; later tests may fail because of it")
+                assembled.notes.append(f"{where} ran out of memory: the limit is "
+                                       f"{limits_note(cgroup_limits, launcher)}; later tests may fail because of it")
+            if run.status in ("timeout", "dead") and session.dead_reason:
+                # The kernel is gone (killed, crashed, or stopped for ignoring the interrupt): say where.
+                msg = session.dead_reason = f"{session.dead_reason} in {where}"
+            elif run.status == "timeout":
+                # Interrupted and still alive: only this cell's work is lost; later tests still run.
+                msg = f"{where} was stopped: {run.error}"
+                assembled.notes.append(msg)
             if run.status in ("timeout", "dead"):
-                msg = f"cell {index} ({grade_id(cell) or 'your cell'}): {run.error}"
-                session.dead_reason = session.dead_reason or msg
                 cell.outputs.append(nbformat.v4.new_output("stream", name="stderr",
                                                            text=f"[genlab grader] {msg}\n"))
         if session.alive():
@@ -209,7 +234,11 @@ def grade_notebook(student: str, lab: Lab, path: Path, *, workdir: Path, limits:
 MEMORY_ERRORS = ("can't allocate memory", "MemoryError", "CUDA out of memory", "OutOfMemoryError")
 
 
-def limits_note(launcher) -> str:
+def limits_note(cgroup_limits, launcher) -> str:
+    from autograder import cgroups
+
+    if cgroup_limits and cgroups.usable():
+        return f"{cgroup_limits[0] / 2**30:g} GiB of memory per kernel"
     for arg in launcher or []:
         if arg.startswith("--as="):
             return f"{int(arg[5:]) / 2**30:g} GiB of address space per kernel"

@@ -15,7 +15,11 @@ import nbformat
 from nbgrader.apps import NbGrader  # noqa: F401 - registers nbgrader's config classes
 from nbgrader.converters import GenerateAssignment
 from nbgrader.coursedir import CourseDirectory
+from nbgrader.utils import compute_checksum
 from traitlets.config import Config
+
+from autograder.outputs import MARK
+from traitlets.config.loader import PyFileConfigLoader
 
 
 def lab_ids(root: Path) -> list[str]:
@@ -24,15 +28,13 @@ def lab_ids(root: Path) -> list[str]:
 
 
 def _config(root: Path, release_dir: Path, db_url: str) -> Config:
-    c = Config()
+    """The course's nbgrader_config.py, pointed at this run's release folder and gradebook."""
+    c = PyFileConfigLoader("nbgrader_config.py", path=str(Path(__file__).parent)).load_config()
     c.CourseDirectory.root = str(root)
-    c.CourseDirectory.source_directory = "solutions"
     c.CourseDirectory.release_directory = str(release_dir)
     c.CourseDirectory.db_url = db_url
-    c.CourseDirectory.course_id = "genlab"
     c.GenerateAssignment.force = True
     c.GenerateAssignment.create_assignment = True
-    c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
     return c
 
 
@@ -49,11 +51,16 @@ def generate(root: Path, lab: str, release_dir: Path, db_url: str) -> Path:
 
 
 def _normalise(path: Path) -> None:
-    """Stable bytes for the committed release: no outputs, no execution counts, ids kept."""
+    """Stable bytes for the committed release: no outputs, no execution counts, no nbval markers (the
+    student copy stores no outputs to compare with), ids kept."""
     nb = nbformat.read(str(path), as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
+            stripped = "\n".join(line for line in cell.source.split("\n") if line.strip() != f"# {MARK}")
+            if stripped != cell.source:
+                cell.source = stripped
+                cell.metadata["nbgrader"]["checksum"] = compute_checksum(cell)  # nbgrader validate checks it
     nbformat.write(nb, str(path))
 
 

@@ -3,7 +3,8 @@
 Inside, the kernel sees the machine read-only, except its own scratch folder; the course's solutions, the
 grader's code, the gradebook and every other submission are covered by empty folders; there is no network,
 no view of other processes (its own PID namespace, so it cannot signal the grader), and every process it
-starts dies with it. ``prlimit`` caps address space, processes, file size and core dumps.
+starts dies with it. ``prlimit`` caps address space, file size and core dumps; per-kernel cgroups (see cgroups.py), where the
+machine allows them, add a real memory limit and a process cap.
 
 Without bubblewrap the grader refuses to run unless told ``--unsafe`` (see :func:`require`).
 """
@@ -15,7 +16,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from autograder import cgroups
+
 SANDBOX_UID = 1000
+ADDRESS_HEADROOM = 4 * 2**30
 
 
 @dataclass
@@ -76,7 +80,9 @@ def launcher(config: SandboxConfig, workdir: Path) -> list[str]:
              "--unsetenv", "JPY_PARENT_PID",
              "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
              "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
-             "prlimit", f"--as={config.memory_bytes}", f"--nproc={config.max_processes}",
+             # Address space: with cgroups (autograder/cgroups.py) the memory limit is the cgroup's, and
+             # this cap only stops absurd single allocations; torch alone maps about 1.5 GiB it never touches.
+             "prlimit", f"--as={config.memory_bytes + (ADDRESS_HEADROOM if cgroups.usable() else 0)}",
              f"--fsize={config.max_file_bytes}", "--core=0", "--"]
     return argv
 

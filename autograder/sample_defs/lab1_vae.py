@@ -91,6 +91,8 @@ SAMPLES: dict[str, dict] = {
     "fault_sigint_ignored": {"cells": {}, "after": {"gaussian_kl_gradient":
         "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass\n"}},
     "fault_out_of_memory": {"cells": {}, "after": {"reparameterize_shape": "big = torch.ones(2 ** 36)\n"}},
+    # 6 GiB, touched: over the 4 GiB memory limit, under the address-space cap, so the kernel is OOM-killed
+    "fault_oom_killed": {"cells": {}, "after": {"gaussian_kl_gradient": "big = torch.ones(3 * 2 ** 29)\n"}},
     "fault_background_process": {"cells": {}, "after": {"reparameterize_shape":
         "import subprocess\nsubprocess.Popen(['sleep', '987654'])\n"}},
     "fault_output_flood": {"cells": {}, "after": {"reparameterize_shape": "print('x' * 50_000_000)\n"
@@ -150,6 +152,8 @@ EXPECT: dict[str, dict] = {
                        "message": {"negative_elbo_value": "SIGSEGV"}},
     "fault_sigint_ignored": {"status": {"gaussian_kl_gradient": "passed", "negative_elbo_value": "timeout"}},
     "fault_out_of_memory": {"full": True, "notes": ["out of memory"]},
+    "fault_oom_killed": {"status": {"gaussian_kl_gradient": "passed", "negative_elbo_value": "killed"},
+                         "message": {"negative_elbo_value": "memory limit 4 GiB exceeded"}, "needs_cgroups": True},
     "fault_background_process": {"full": True, "no_process": "987654"},
     "fault_output_flood": {"full": True, "max_notebook_bytes": 2_000_000},
     "fault_invalid_json": {"status_all": "error"},

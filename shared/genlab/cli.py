@@ -14,14 +14,20 @@ def _root(args) -> Path:
 
 
 def cmd_doctor(args) -> int:
-    from genlab.doctor import print_report
+    from genlab.doctor import main
 
-    return print_report()
+    return main()
 
 
 def cmd_release(args) -> int:
-    from autograder.release import release
+    from autograder.release import lab_ids, release
 
+    if args.outputs:
+        from autograder.outputs import store_checked_outputs
+
+        for lab in args.lab or lab_ids(_root(args)):
+            marked = store_checked_outputs(_root(args) / "solutions" / lab / f"{lab}.ipynb")
+            print(f"solutions/{lab}: ran it and stored the output of {marked} NBVAL_CHECK_OUTPUT cells")
     for path in release(_root(args), args.lab or None):
         print(f"wrote {path}")
     return 0
@@ -33,10 +39,18 @@ def cmd_grade(args) -> int:
 
     from autograder.sandbox import SandboxConfig, SandboxUnavailable
 
-    limits = Limits(cell_timeout_s=args.cell_timeout, notebook_timeout_s=args.notebook_timeout,
-                    request_timeout_s=args.test_timeout,
-                    output_bytes_per_cell=args.output_limit)
-    sandbox = SandboxConfig(memory_bytes=int(args.memory_limit * 2**30))
+    course = course_limits(_root(args))
+
+    def pick(flag, key, default):
+        return flag if flag is not None else course.get(key, default)
+
+    limits = Limits(cell_timeout_s=pick(args.cell_timeout, "cell_timeout_s", 120.0),
+                    notebook_timeout_s=pick(args.notebook_timeout, "notebook_timeout_s", 900.0),
+                    request_timeout_s=pick(args.test_timeout, "test_timeout_s", 60.0),
+                    output_bytes_per_cell=int(pick(args.output_limit, "output_bytes_per_cell", 100_000)))
+    sandbox = SandboxConfig(memory_bytes=int(pick(args.memory_limit, "memory_gib", 4.0) * 2**30),
+                            max_processes=int(course.get("max_processes", 64)),
+                            max_file_bytes=int(course.get("max_file_mib", 256) * 2**20))
     try:
         results = grade_all(_root(args), Path(args.submissions), Path(args.out), workers=args.workers,
                             labs=args.lab or None, limits=limits, progress=not args.quiet, unsafe=args.unsafe,
@@ -51,6 +65,14 @@ def cmd_grade(args) -> int:
     print(f"\ngrades: {out / 'grades.csv'}\nfeedback: {out / 'feedback'}/<student>/<lab>/<lab>.html\n"
           f"gradebook: {gradebook}")
     return 0
+
+
+def course_limits(root: Path) -> dict:
+    """The [limits] table of autograder/course.toml, or {} when the course has none."""
+    import tomllib
+
+    path = root / "autograder" / "course.toml"
+    return tomllib.loads(path.read_text()).get("limits", {}) if path.exists() else {}
 
 
 def cmd_check(args) -> int:
@@ -81,6 +103,8 @@ def main(argv=None) -> int:
 
     p = sub.add_parser("release", help="regenerate labs/ from solutions/ (nbgrader generate_assignment)")
     p.add_argument("--lab", action="append", help="only this lab (repeatable)")
+    p.add_argument("--outputs", action="store_true",
+                   help="first run the solution notebooks and store the outputs nbval compares")
     p.set_defaults(func=cmd_release)
 
     p = sub.add_parser("grade", help="autograde SUBMISSIONS/<student>/<lab>/<lab>.ipynb")
@@ -88,12 +112,12 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True, help="folder for grades.csv, feedback and the gradebook")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--lab", action="append", help="only this lab (repeatable)")
-    p.add_argument("--cell-timeout", type=float, default=120.0, help="seconds per cell")
-    p.add_argument("--notebook-timeout", type=float, default=900.0, help="seconds per notebook")
-    p.add_argument("--test-timeout", type=float, default=60.0,
+    p.add_argument("--cell-timeout", type=float, default=None, help="seconds per cell (course.toml: cell_timeout_s)")
+    p.add_argument("--notebook-timeout", type=float, default=None, help="seconds per notebook")
+    p.add_argument("--test-timeout", type=float, default=None,
                    help="seconds for one call of a student function made by a test")
-    p.add_argument("--memory-limit", type=float, default=4.0, help="GiB of address space per kernel")
-    p.add_argument("--output-limit", type=int, default=100_000, help="bytes of output kept per cell")
+    p.add_argument("--memory-limit", type=float, default=None, help="GiB of address space per kernel")
+    p.add_argument("--output-limit", type=int, default=None, help="bytes of output kept per cell")
     p.add_argument("--unsafe", action="store_true", help="grade without a sandbox (trusted notebooks only)")
     p.add_argument("--db", help="gradebook URL, e.g. postgresql://user:pw@host/db (default: DIR/gradebook.db; "
                                 "also read from $GENLAB_DB)")

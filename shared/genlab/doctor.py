@@ -124,7 +124,7 @@ def _check_torch() -> list[Finding]:
     if torch.version.cuda is None:
         detail = "not available (this torch is a CPU-only build)"
         fix = ("fine for every lab on CPU. For a GPU, install a CUDA wheel: "
-               "pip install torch --index-url https://download.pytorch.org/whl/cu124")
+               "pip install torch --index-url https://download.pytorch.org/whl/cu128")
     else:
         detail = f"torch built for CUDA {torch.version.cuda}, but no GPU is visible"
         fix = "check `nvidia-smi` and CUDA_VISIBLE_DEVICES; the NVIDIA driver may be older than this CUDA build."

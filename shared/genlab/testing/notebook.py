@@ -16,7 +16,8 @@ SETUP_ID = "setup"
 
 
 def nbgrader_meta(cell) -> dict:
-    return cell.get("metadata", {}).get("nbgrader", {}) or {}
+    meta = (cell.get("metadata") or {}).get("nbgrader")
+    return meta if isinstance(meta, dict) else {}
 
 
 def grade_id(cell) -> str | None:
