@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
+import zmq
 from jupyter_client import KernelManager
 
 from autograder import cgroups
@@ -63,7 +64,9 @@ class KernelSession:
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
         self.rpc_dir.mkdir(parents=True, exist_ok=True)
-        self.km = KernelManager(kernel_name="python3")
+        # One zmq context for every kernel of this process: a per-kernel context that the garbage
+        # collector finalises while a channel thread still holds a socket blocks in term() for ever.
+        self.km = KernelManager(kernel_name="python3", context=zmq.Context.instance())
         if self.launcher:
             # In the sandbox there is no network, not even loopback: talk over Unix sockets in the scratch
             # folder, and interrupt with a message, since signals cannot cross into its PID namespace.
@@ -87,7 +90,7 @@ class KernelSession:
         # The kernel's own stderr (ZMQ notices) is noise here; a crash is reported from its exit status.
         self.km.start_kernel(cwd=str(self.workdir), env=env, stdout=subprocess.DEVNULL,
                              stderr=None if os.environ.get("GENLAB_KERNEL_STDERR") else subprocess.DEVNULL)
-        self.kc = self.km.blocking_client()
+        self.kc = self.km.client(context=zmq.Context.instance())
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)
         self.started_at = time.monotonic()
@@ -129,23 +132,25 @@ class KernelSession:
         deadline = start + timeout
         interrupted = False
         while True:
+            # The clock is checked on every pass, not only when the kernel is quiet: a kernel that keeps
+            # talking (a thread printing for ever) must not escape the limit.
+            now = time.monotonic()
+            if now > deadline and not interrupted:
+                self.km.interrupt_kernel()
+                interrupted = True
+                deadline = now + self.limits.interrupt_grace_s
+            elif now > deadline and interrupted:
+                # The cell ignored the interrupt: only killing the kernel stops it.
+                self.dead_reason = f"timeout: stopped after {timeout:.0f} s, and the cell ignored the interrupt"
+                self._kill()
+                run.status, run.error = "timeout", self.dead_reason
+                break
             try:
                 msg = self.kc.get_iopub_msg(timeout=0.2)
             except queue.Empty:
                 if not self.km.is_alive():
                     self.dead_reason = self._death_reason()
                     run.status, run.error = "dead", self.dead_reason
-                    break
-                now = time.monotonic()
-                if now > deadline and not interrupted:
-                    self.km.interrupt_kernel()
-                    interrupted = True
-                    deadline = now + self.limits.interrupt_grace_s
-                elif now > deadline and interrupted:
-                    # The cell ignored SIGINT: only killing the kernel stops it.
-                    self.dead_reason = f"timeout: stopped after {timeout:.0f} s, and the cell ignored the interrupt"
-                    self._kill()
-                    run.status, run.error = "timeout", self.dead_reason
                     break
                 continue
             if msg.get("parent_header", {}).get("msg_id") != msg_id:
