@@ -88,12 +88,13 @@ def test_attacks_earn_nothing_and_are_reported(graded, lab, sample):
     assert results[sample, lab]["evidence"], "the evidence must be kept for the instructor"
 
 
-@pytest.mark.parametrize("lab,sample", cases(lambda e: "failed_function" in e))
-def test_fake_data_earns_nothing(graded, lab, sample):
-    _, rows, _, _ = graded
-    function = DEFS[lab].EXPECT[sample]["failed_function"]
-    own = [r for t, r in rows[sample, lab].items() if TESTS[lab][t]["function"] == function]
-    assert own and all(float(r["score"]) == 0 for r in own)
+@pytest.mark.parametrize("lab,sample", cases(lambda e: "failed_tests" in e))
+def test_attacks_on_values_earn_nothing(graded, lab, sample):
+    """Rigged objects, printed "PASSED" lines, solutions read from disk: the value tests still fail."""
+    _, rows, results, _ = graded
+    for test in DEFS[lab].EXPECT[sample]["failed_tests"]:
+        row = rows[sample, lab][test]
+        assert float(row["score"]) == 0 and row["status"] != "passed", results[sample, lab]["tests"]
 
 
 @pytest.mark.parametrize("lab,sample", cases(lambda e: "status" in e))
@@ -157,7 +158,7 @@ def test_gradebook_and_feedback_written(graded):
     for student, score in per_student.items():
         assert total[student] == pytest.approx(score)
     html = (out / "feedback" / "bug_kl_sign_flipped" / LAB / f"{LAB}.html").read_text()
-    assert "raise NotImplementedError" not in html and "def gaussian_kl" in html
+    assert "def gaussian_kl" in html, "the student's own code is in the feedback"
     assert "kl_sign_flipped" in html and "BEGIN HIDDEN" not in html
     assert "kl_divergence(Normal" not in html, "hidden test code must not reach the feedback"
     assert "== lab1_vae ==" in stdout

@@ -89,6 +89,12 @@ def check_not_slower(fn: Callable[..., Any], reference: Callable[..., Any], *arg
         max_ratio = MAX_RATIO_CUDA if on_cuda else MAX_RATIO_CPU
     result = time_ratio(fn, reference, *args, **kwargs)
     if result.ratio > max_ratio:
+        # Noise only ever makes one side look slower for a while; real slowness survives a second look.
+        # Taking the better of two interleaved measurements keeps a reference timed against itself from
+        # ever failing on a busy machine, and costs a correct submission nothing.
+        second = time_ratio(fn, reference, *args, **kwargs)
+        result = min(result, second, key=lambda r: r.ratio)
+    if result.ratio > max_ratio:
         raise CheckFailed(
             f"too slow: expected at most {max_ratio:g}x the reference time, got {result}. "
             "Look for Python loops over the batch, time steps or elements and replace them with "
