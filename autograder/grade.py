@@ -15,7 +15,9 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import sys
+import tempfile
 import time
 import traceback
 import warnings
@@ -123,8 +125,9 @@ def grade_all(root: Path, submissions: Path, out: Path, *, workers: int = 1, lab
     every_student = bool(labs)
     labs = labs or lab_ids(root)
     out.mkdir(parents=True, exist_ok=True)
-    scratch = out / ".scratch"
-    scratch.mkdir(exist_ok=True)
+    # Kernels talk over Unix sockets in their scratch folders, and a socket path is limited to 107 bytes:
+    # keep scratch short, in the temp folder, not under a possibly deep --out.
+    scratch = Path(tempfile.mkdtemp(prefix="genlab-"))
     work = [w for w in find_work(root, submissions, labs, every_student) if in_shard(w[0], shard)]
     labs = sorted({lab for _, lab, _ in work}) or labs
     results: list[pipeline.Result] = []
@@ -156,6 +159,10 @@ def grade_all(root: Path, submissions: Path, out: Path, *, workers: int = 1, lab
     if reused and progress:
         print(f"{reused} of {len(work)} notebooks unchanged since the last run: their results were reused",
               file=sys.stderr)
+    for _definition, _reference, ref_kernel in _labs.values():
+        ref_kernel.shutdown()  # this process's own reference kernels (workers close theirs when they exit)
+    _labs.clear()
+    shutil.rmtree(scratch, ignore_errors=True)
     results.sort(key=lambda r: (r.student, r.lab))
     write_outputs(root, out, results, labs, db_url)
     return results

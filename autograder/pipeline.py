@@ -255,7 +255,8 @@ def load_lab_reference(lab: Lab) -> Reference:
 
 
 def scratch_dir(base: Path | None, student: str) -> Path:
-    path = Path(tempfile.mkdtemp(prefix=f"genlab-{student}-", dir=base))
+    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in student)[:20]
+    path = Path(tempfile.mkdtemp(prefix=f"{safe}-", dir=base))
     return path
 
 

@@ -77,11 +77,11 @@ def self_check(function: str, lab: str | None, namespace: dict | None = None, no
 
 def _diagnose_alone(lab: str, recorder: Recorder):
     """Without the reference: a bug is named when every deterministic call matches it exactly."""
-    from genlab.testing.diagnosis import REPLAYED, replay, same, student_outcome
+    from genlab.testing.diagnosis import replay, same, student_outcome
 
     found = []
     for bug in bugs_for(lab):
-        calls = [c for c in recorder.calls if c.name == bug.function and c.kind in REPLAYED]
+        calls = [c for c in recorder.calls if c.name == bug.function and c.kind in bug.kinds]
         if bug.detect is not None or not calls:
             continue
         deterministic = [c for c in calls if same(replay(bug.impl, c), replay(bug.impl, c))]

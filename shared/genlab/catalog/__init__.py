@@ -24,6 +24,9 @@ class Bug:
     # Bugs whose values are right but whose cost is wrong cannot be named by replaying values:
     # ``detect(calls)`` looks at the recorded calls (e.g. a memory or time ratio) instead.
     detect: Callable | None = None
+    # What replay may compare. Values and gradients by default; equivalent correct code can differ in peak
+    # memory by a temporary, so memory counts as evidence only for bugs whose symptom *is* memory.
+    kinds: tuple = ("call", "grad_of")
 
     @property
     def source(self) -> str:
@@ -31,6 +34,12 @@ class Bug:
 
     def describe(self) -> str:
         return f"{self.title}: {self.symptom} Fix: {self.fix}"
+
+
+def too_slow(calls, max_ratio: float = 5.0) -> bool:
+    """The timing symptom: even the best of the timing measurements made was over ``max_ratio``."""
+    ratios = [c.result.ratio for c in calls if c.kind == "time_ratio" and c.result is not None]
+    return bool(ratios) and min(ratios) > max_ratio
 
 
 def bugs_for(lab: str) -> list[Bug]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from genlab.catalog import Bug
+from genlab.catalog import Bug, too_slow
 
 
 # --- reparameterize --------------------------------------------------------------------------------
@@ -61,8 +61,6 @@ def _same_noise_for_every_example(calls) -> bool:
     return False
 
 
-def _too_slow(calls) -> bool:
-    return any(c.kind == "time_ratio" and c.result is not None and c.result.ratio > 5 for c in calls)
 
 
 # --- gaussian_kl -------------------------------------------------------------------------------------
@@ -131,7 +129,7 @@ BUGS = [
         "the values are right, but one small kernel per example is many times slower than one batched op.",
         "write mu + std * eps on the whole tensors; broadcasting does the loop in C++.",
         "PyTorch performance tuning guide (vectorise, avoid Python loops)",
-        python_loop_over_batch, detect=_too_slow),
+        python_loop_over_batch, detect=too_slow),
     Bug("kl_sign_flipped", "gaussian_kl", "the KL has the wrong sign",
         "0.5 * sum(1 + logvar - mu^2 - exp(logvar)) is -KL: it is <= 0, and minimising it pushes the "
         "posterior away from the prior.",

@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from genlab.catalog import Bug
+from genlab.catalog import Bug, too_slow
 
 KINDS = ("linear", "scaled_linear", "cosine")
 
@@ -84,8 +84,6 @@ def python_loop_over_batch(x0, t, noise, alpha_bar):
     return torch.stack(rows)
 
 
-def _too_slow(calls) -> bool:
-    return any(c.kind == "time_ratio" and c.result is not None and c.result.ratio > 5 for c in calls)
 
 
 BUGS = [
@@ -126,10 +124,10 @@ BUGS = [
         "full size of x0, so a call needs two more image-sized buffers than it should.",
         "let broadcasting do it: a.view(B, 1, 1, 1) * x0 (a view with stride 0 costs no memory).",
         "PyTorch docs: Tensor.expand (a view, no new memory) vs Tensor.repeat (copies the data)",
-        materialized_broadcast),
+        materialized_broadcast, kinds=("call", "grad_of", "peak_memory")),
     Bug("python_loop_over_batch", "q_sample", "a Python loop over the batch",
         "the values are right, but one small kernel per example is many times slower than one batched op.",
         "index alpha_bar with the whole t tensor and broadcast over the batch.",
         "PyTorch performance tuning guide (vectorise, avoid Python loops)",
-        python_loop_over_batch, detect=_too_slow),
+        python_loop_over_batch, detect=too_slow),
 ]

@@ -88,7 +88,7 @@ def check_not_slower(fn: Callable[..., Any], reference: Callable[..., Any], *arg
         on_cuda = any(isinstance(t, torch.Tensor) and t.is_cuda for t in tree_leaves((args, kwargs)))
         max_ratio = MAX_RATIO_CUDA if on_cuda else MAX_RATIO_CPU
     result = time_ratio(fn, reference, *args, **kwargs)
-    if result.ratio > max_ratio:
+    if max_ratio < result.ratio < 4 * max_ratio:
         # Noise only ever makes one side look slower for a while; real slowness survives a second look.
         # Taking the better of two interleaved measurements keeps a reference timed against itself from
         # ever failing on a busy machine, and costs a correct submission nothing.
