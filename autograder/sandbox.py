@@ -66,9 +66,11 @@ def launcher(config: SandboxConfig, workdir: Path) -> list[str]:
     """The command prefix that starts the kernel inside the sandbox, in ``workdir``."""
     workdir = Path(workdir).resolve()
     argv = [shutil.which("bwrap") or "bwrap",
-            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
             "--tmpfs", "/run", "--tmpfs", "/var/tmp", "--tmpfs", "/dev/shm"]
-    for path in config.hide:
+    # /tmp stays visible (read-only): the course, its virtual environment and a CI checkout may live there.
+    # The other kernels' scratch folders beside this one are hidden; this one is bound back below.
+    for path in [workdir.parent, *config.hide]:
         path = Path(path).resolve()
         if path.is_dir():
             argv += ["--tmpfs", str(path)]  # the scratch folder is bound back in below, even if inside
