@@ -12,13 +12,11 @@ import atexit
 import copy
 import csv
 import hashlib
-import json
 import logging
 import os
 import shutil
 import sys
 import tempfile
-import time
 import traceback
 import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -32,7 +30,7 @@ from autograder import cache, gradebook, pipeline
 from autograder.submissions import Found, locate, students
 from genlab.testing.notebook import grade_id
 from autograder.kernel import Limits
-from autograder.release import generate, lab_ids
+from autograder.release import lab_ids
 from autograder.sandbox import SandboxConfig, launcher, prepare_workdir, require as require_sandbox
 
 CSV_COLUMNS = ["student", "lab", "test", "score", "max_score", "status", "diagnosis"]
@@ -289,6 +287,3 @@ def gradebook_table(results) -> str:
             lines.append(f"  {r.student}: TAMPERED: {r.evidence[0]}")
     return "\n".join(lines)
 
-
-def write_json(path: Path, data) -> None:
-    path.write_text(json.dumps(data, indent=2))

@@ -28,6 +28,7 @@ from genlab.testing.diagnosis import diagnose
 from genlab.testing.notebook import LabNotebook, grade_id, is_test
 from genlab.testing.proxy import KernelLost, Recorder, RemoteFunction, RemoteTimeout
 from genlab.testing.reference import Reference, execute_reference
+from genlab.testing.wire import Encoder
 from genlab.testing.runner import (ERROR, KILLED, MISSING, PASSED, TAMPERED, TIMEOUT, Outcome, run_test)
 
 
@@ -202,8 +203,8 @@ def grade_notebook(student: str, lab: Lab, path: Path, *, workdir: Path, limits:
                                                            text=f"[genlab grader] {msg}\n"))
         if session.alive():
             try:
-                changed = RemoteFunction(session, "_", Recorder())._session.request(
-                    {"kind": "integrity", "args": [], "kwargs": {"__dict__": {}}}, _empty_encoder())[0]
+                changed, _ = session.request({"kind": "integrity", "args": [], "kwargs": {"__dict__": {}}},
+                                             Encoder())
                 if changed.get("ok") and changed.get("result"):
                     evidence += [f"replaced at run time: {name}" for name in changed["result"]]
             except (KernelLost, RemoteTimeout):
@@ -243,11 +244,6 @@ def limits_note(cgroup_limits, launcher) -> str:
         if arg.startswith("--as="):
             return f"{int(arg[5:]) / 2**30:g} GiB of address space per kernel"
     return "the machine's memory"
-
-
-def _empty_encoder():
-    from genlab.testing.wire import Encoder
-    return Encoder()
 
 
 def load_lab_reference(lab: Lab) -> Reference:

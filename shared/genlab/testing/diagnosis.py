@@ -15,8 +15,6 @@ import torch
 from genlab.catalog import Bug
 from genlab.testing.proxy import Call
 
-REPLAYED = ("call", "grad_of", "peak_memory", "count_flops")
-
 
 def same(a, b, rtol: float = 1e-4, atol: float = 1e-5) -> bool:
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
