@@ -30,6 +30,7 @@ def assemble(student: nbformat.NotebookNode, release: nbformat.NotebookNode) -> 
     added: dict[str, list] = {}
     anchor = START
     order = []
+    release_ids = [grade_id(c) for c in release.cells if grade_id(c)]
     for cell in student.cells:
         gid = grade_id(cell)
         if gid is None:
@@ -40,9 +41,8 @@ def assemble(student: nbformat.NotebookNode, release: nbformat.NotebookNode) -> 
             continue
         by_id[gid] = cell
         order.append(gid)
-        anchor = gid
-
-    release_ids = [grade_id(c) for c in release.cells if grade_id(c)]
+        if gid in release_ids:  # a cell the lab does not have is dropped; what follows it must not be
+            anchor = gid
     known = [g for g in order if g in release_ids]
     if known != [g for g in release_ids if g in known]:
         notes.append("cells were moved; they were graded in the released order")
@@ -53,6 +53,10 @@ def assemble(student: nbformat.NotebookNode, release: nbformat.NotebookNode) -> 
     def take_added(key):
         for cell in added.get(key, []):
             cell = copy.deepcopy(cell)
+            # An added cell is the student's: it may carry nbgrader metadata (points, a "grade" flag) copied
+            # or forged, but only the release decides what is graded and for how much.
+            if cell.get("metadata", {}).pop("nbgrader", None) is not None:
+                notes.append(f"a cell you added after `{key}` carried grading metadata; it was ignored")
             out.cells.append(cell)
             if cell.cell_type == "code":
                 student_code.append((f"your added cell after `{key}`", cell.source))

@@ -61,6 +61,11 @@ def grade_one(root: Path, student: str, lab: str, found: Found, scratch: Path, l
               sandbox_config: SandboxConfig | None, out: Path):
     os.environ["GENLAB_ROOT"] = str(root)
     source = root / "solutions" / lab / f"{lab}.ipynb"
+    if found.refused:  # never opened: a link out of the folder, a pipe, a file of gigabytes
+        definition = pipeline.Lab.load(root, lab)
+        outcomes = pipeline.all_outcomes(definition, found.status, found.refused)
+        return pipeline.Result(student, lab, outcomes, {t: s["points"] for t, s in definition.tests.items()},
+                               [found.refused], [found.refused] if found.status == pipeline.TAMPERED else []), False
     result_key = cache.key(found.path, source)
     cached = cache.load(out, student, lab, result_key)
     if cached is not None:
@@ -90,14 +95,15 @@ def grade_one(root: Path, student: str, lab: str, found: Found, scratch: Path, l
     return result, False
 
 
-def find_work(root: Path, submissions: Path, labs: list[str], every_student: bool) -> list[tuple[str, str, Found]]:
+def find_work(root: Path, submissions: Path, labs: list[str], every_student: bool,
+              max_bytes: int = Limits.max_notebook_bytes) -> list[tuple[str, str, Found]]:
     """(student, lab, notebook) to grade. With ``--lab``, every student is graded on it (no notebook: status
     missing); without it, each student on every lab they handed a notebook in for, wherever it lies."""
     ids = {lab: {grade_id(c) for c in pipeline.Lab.load(root, lab).release.cells} - {None} for lab in labs}
     work = []
     for student in students(submissions):
         for lab in labs:
-            found = locate(submissions / student, lab, ids[lab])
+            found = locate(submissions / student, lab, ids[lab], max_bytes)
             if found.path is not None or every_student or (submissions / student / lab).is_dir():
                 work.append((student, lab, found))
     return work
@@ -126,7 +132,8 @@ def grade_all(root: Path, submissions: Path, out: Path, *, workers: int = 1, lab
     # Kernels talk over Unix sockets in their scratch folders, and a socket path is limited to 107 bytes:
     # keep scratch short, in the temp folder, not under a possibly deep --out.
     scratch = Path(tempfile.mkdtemp(prefix="genlab-"))
-    work = [w for w in find_work(root, submissions, labs, every_student) if in_shard(w[0], shard)]
+    work = [w for w in find_work(root, submissions, labs, every_student, limits.max_notebook_bytes)
+            if in_shard(w[0], shard)]
     labs = sorted({lab for _, lab, _ in work}) or labs
     results: list[pipeline.Result] = []
     reused = 0

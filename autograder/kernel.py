@@ -32,6 +32,7 @@ class Limits:
     request_timeout_s: float = 60.0
     output_bytes_per_cell: int = 100_000
     interrupt_grace_s: float = 5.0
+    max_notebook_bytes: int = 64 * 2**20   # a handed-in file larger than this is refused unread
 
 
 @dataclass

@@ -22,7 +22,7 @@ import nbformat
 
 from autograder.assemble import assemble
 from autograder.kernel import KernelSession, Limits
-from autograder.scan import scan_source
+from autograder.scan import scan_cells
 from genlab.catalog import bugs_for
 from genlab.testing.diagnosis import diagnose
 from genlab.testing.notebook import LabNotebook, grade_id, is_test
@@ -141,7 +141,7 @@ def grade_notebook(student: str, lab: Lab, path: Path, *, workdir: Path, limits:
                         "hand it in again"), points)
 
     assembled = assemble(submitted, lab.release)
-    evidence = [e for where, src in assembled.student_cells for e in scan_source(src, where)]
+    evidence = scan_cells(assembled.student_cells)
     tests = lab.tests
     functions = list(lab.source.solutions)
     bugs = bugs_for(lab.id)
@@ -172,6 +172,8 @@ def grade_notebook(student: str, lab: Lab, path: Path, *, workdir: Path, limits:
                     outcomes[test] = Outcome(test, KILLED if "timeout" not in session.dead_reason else TIMEOUT,
                                              f"not run: {session.dead_reason}")
                 else:
+                    # Checked before each test too, so a patch undone before the notebook ends is still seen.
+                    evidence += [e for e in _integrity(session) if e not in evidence]
                     recorder = Recorder()
                     namespace = dict(test_globals)
                     namespace.update({f: RemoteFunction(session, f, recorder, ref_session) for f in functions})
@@ -202,13 +204,7 @@ def grade_notebook(student: str, lab: Lab, path: Path, *, workdir: Path, limits:
                 cell.outputs.append(nbformat.v4.new_output("stream", name="stderr",
                                                            text=f"[genlab grader] {msg}\n"))
         if session.alive():
-            try:
-                changed, _ = session.request({"kind": "integrity", "args": [], "kwargs": {"__dict__": {}}},
-                                             Encoder())
-                if changed.get("ok") and changed.get("result"):
-                    evidence += [f"replaced at run time: {name}" for name in changed["result"]]
-            except (KernelLost, RemoteTimeout):
-                pass
+            evidence += [e for e in _integrity(session) if e not in evidence]
     finally:
         session.shutdown()
 
@@ -230,6 +226,17 @@ def grade_notebook(student: str, lab: Lab, path: Path, *, workdir: Path, limits:
         final.append(outcome)
     return Result(student, lab.id, final, points, assembled.notes, evidence, assembled.nb,
                   time.monotonic() - start)
+
+
+def _integrity(session: KernelSession) -> list[str]:
+    """Evidence lines for the watched objects (torch.allclose, IPython's hooks, ...) replaced so far."""
+    try:
+        changed, _ = session.request({"kind": "integrity", "args": [], "kwargs": {"__dict__": {}}}, Encoder())
+    except (KernelLost, RemoteTimeout):
+        return []
+    if changed.get("ok") and changed.get("result"):
+        return [f"replaced at run time: {name}" for name in changed["result"]]
+    return []
 
 
 MEMORY_ERRORS = ("can't allocate memory", "MemoryError", "CUDA out of memory", "OutOfMemoryError")

@@ -34,11 +34,15 @@ def build(root: Path, lab: str, name: str, spec: dict) -> nbformat.NotebookNode:
             cell.source = cells[gid]
         if gid in spec.get("edit", {}):
             cell.source = spec["edit"][gid]
+        if gid in spec.get("metadata", {}):
+            cell.metadata.setdefault("nbgrader", {}).update(spec["metadata"][gid])
         out.append(cell)
         if gid in spec.get("after", {}):
             out.append(nbformat.v4.new_code_cell(spec["after"][gid]))
     for gid in spec.get("duplicate", []):
         out += [copy.deepcopy(c) for c in out if grade_id(c) == gid]
+    for source, meta in spec.get("add", []):
+        out.append(nbformat.v4.new_code_cell(source, metadata={"nbgrader": dict(meta)}))
     if "swap" in spec:
         a, b = (next(i for i, c in enumerate(out) if grade_id(c) == g) for g in spec["swap"])
         out[a], out[b] = out[b], out[a]
@@ -59,7 +63,11 @@ def write(root: Path, lab: str, name: str, spec: dict, out: Path) -> Path | None
     if "path" in spec:
         folder.rmdir()
         path.parent.mkdir(parents=True, exist_ok=True)
-    if "raw" in spec:
+    if path.is_symlink() or path.exists():
+        path.unlink()  # never write through an old link
+    if "link" in spec:
+        path.symlink_to(spec["link"])
+    elif "raw" in spec:
         path.write_text(spec["raw"])
     else:
         nbformat.write(build(root, lab, name, spec), str(path))

@@ -7,6 +7,7 @@ instructor as ``tampered`` with the offending line as evidence, instead of being
 from __future__ import annotations
 
 import ast
+import re
 
 from IPython.core.inputtransformer2 import TransformerManager
 
@@ -20,16 +21,19 @@ FORBIDDEN_CALLS = {("os", "kill"), ("os", "killpg"), ("os", "setsid"), ("sys", "
 # signal.signal is not on the list: ignoring SIGINT is a fault (the kernel is killed at the time limit).
 # ctypes is not on the list: a crash through it is a fault (status killed), and the sandbox contains it.
 FORBIDDEN_NAMES = {"__code__", "__globals__", "_getframe", "__subclasses__"}
-GRADER_PATHS = ("solutions", "gradebook", "autograder", ".genlab_rpc", "hidden", "source/")
+# A string that names one of these as a path part ("../solutions/lab1", "gradebook.db") is reaching for the
+# grader's files; the bare words are everyday English ("hidden units", "my solutions") and are not flagged.
+_GRADER_WORDS = r"(solutions|gradebook|autograder|\.genlab_rpc|hidden|source)"
+GRADER_PATH = re.compile(rf"(^|[/\\]){_GRADER_WORDS}[/\\.]|[/\\]{_GRADER_WORDS}$")
 
 
-def _root(node) -> str | None:
-    while isinstance(node, (ast.Attribute, ast.Subscript)):
-        node = node.value
-    if isinstance(node, ast.Call):
-        return _root(node.func) if not (isinstance(node.func, ast.Name) and node.func.id == "get_ipython") \
-            else "get_ipython()"
-    return node.id if isinstance(node, ast.Name) else None
+# Settings a student may change without touching how anything is measured or judged.
+HARMLESS_TARGETS = ("torch.backends.", "torch._dynamo.config.", "torch._inductor.config.", "plt.rcParams",
+                    "matplotlib.rcParams", "mpl.rcParams", "pd.options.")
+# Imports that only reach the grader's machinery. IPython itself is not here: `from IPython.display import
+# display, clear_output` is everyday notebook code; what is flagged is changing the shell.
+GRADER_IMPORTS = ("ipykernel", "jupyter_client", "genlab.testing", "IPython.core.interactiveshell",
+                  "IPython.core.ultratb", "IPython.core.inputtransformer", "IPython.core.events")
 
 
 def _dotted(node) -> str:
@@ -40,27 +44,74 @@ def _dotted(node) -> str:
 
 
 class _Scanner(ast.NodeVisitor):
-    def __init__(self, modules: set[str]):
-        self.modules = modules | PROTECTED_ROOTS
+    """Walks a notebook's student cells in order; names bound to protected objects stay protected."""
+
+    def __init__(self):
+        self.modules = set(PROTECTED_ROOTS)
+        self.shells: set[str] = set()  # names bound to get_ipython()
+        self.getters = {"get_ipython"}  # names of get_ipython itself (`from IPython import get_ipython as g`)
         self.findings: list[tuple[int, str]] = []
 
     def flag(self, node, why: str):
         self.findings.append((getattr(node, "lineno", 0), why))
 
+    def root(self, node) -> str | None:
+        while isinstance(node, (ast.Attribute, ast.Subscript)):
+            node = node.value
+        if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Name) and node.func.id in self.getters:
+                return "get_ipython()"
+            return self.root(node.func)
+        if isinstance(node, ast.Name):
+            return "get_ipython()" if node.id in self.shells else node.id
+        return None
+
+    def protected(self, node) -> bool:
+        root = self.root(node)
+        return root in self.modules or root == "get_ipython()"
+
     def _check_target(self, target):
         if isinstance(target, (ast.Tuple, ast.List)):
             for t in target.elts:
                 self._check_target(t)
+        elif isinstance(target, ast.Starred):
+            self._check_target(target.value)
         elif isinstance(target, ast.Attribute):
-            root = _root(target)
-            if root in self.modules or root == "get_ipython()":
-                self.flag(target, f"replaces {_dotted(target)}")
-            elif target.attr in ("__class__", "__eq__", "__code__"):
-                self.flag(target, f"rewrites {_dotted(target)}")
+            text = _dotted(target)
+            if self.protected(target) and not text.startswith(HARMLESS_TARGETS):
+                self.flag(target, f"replaces {text}")
+            elif target.attr in ("__class__", "__eq__", "__code__", "__dict__"):
+                self.flag(target, f"rewrites {text}")
+        elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Attribute) \
+                and target.value.attr == "__dict__" and self.protected(target.value):
+            self.flag(target, f"replaces {_dotted(target)}")
+        elif isinstance(target, ast.Subscript) and _is_sys_modules(target.value):
+            self.flag(target, f"replaces {_dotted(target)}")
+
+    def _bind(self, target, value):
+        """`tt = torch.testing` or `ip = get_ipython()`: the new name is as protected as what it names."""
+        if not isinstance(target, ast.Name):
+            return
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in self.getters:
+            self.shells.add(target.id)
+        elif isinstance(value, (ast.Name, ast.Attribute)) and self.protected(value) \
+                or isinstance(value, ast.Subscript) and _is_sys_modules(value.value):
+            self.modules.add(target.id)
 
     def visit_Assign(self, node):
         for t in node.targets:
             self._check_target(t)
+            self._bind(t, node.value)
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node):
+        self._check_target(node.target)
+        if node.value is not None:
+            self._bind(node.target, node.value)
+        self.generic_visit(node)
+
+    def visit_NamedExpr(self, node):
+        self._bind(node.target, node.value)
         self.generic_visit(node)
 
     def visit_AugAssign(self, node):
@@ -72,43 +123,56 @@ class _Scanner(ast.NodeVisitor):
             self._check_target(t)
         self.generic_visit(node)
 
+    def visit_For(self, node):
+        # `for m in (torch, np): m.allclose = ...`
+        if isinstance(node.iter, (ast.Tuple, ast.List)) and isinstance(node.target, ast.Name) \
+                and any(isinstance(e, (ast.Name, ast.Attribute)) and self.protected(e) for e in node.iter.elts):
+            self.modules.add(node.target.id)
+        self.generic_visit(node)
+
     def visit_Import(self, node):
         for alias in node.names:
             self.modules.add((alias.asname or alias.name).split(".")[0])
-            if alias.name.split(".")[0] in ("IPython", "ipykernel", "jupyter_client"):
+            if alias.name.startswith(GRADER_IMPORTS):
                 self.flag(node, f"imports {alias.name}")
         self.generic_visit(node)
 
     def visit_ImportFrom(self, node):
-        if (node.module or "").split(".")[0] in ("IPython", "ipykernel", "jupyter_client"):
-            self.flag(node, f"imports from {node.module}")
-        if (node.module or "").startswith("genlab.testing"):
-            self.flag(node, f"imports the grader's internals ({node.module})")
+        module = node.module or ""
+        for alias in node.names:
+            full = f"{module}.{alias.name}"
+            if module.startswith(GRADER_IMPORTS) or full.startswith(GRADER_IMPORTS):
+                self.flag(node, f"imports {full}")
+            # whatever comes out of a library (module, class, function) is not the student's to patch
+            self.modules.add(alias.asname or alias.name)
+            if alias.name == "get_ipython":
+                self.getters.add(alias.asname or alias.name)
         self.generic_visit(node)
 
     def visit_Call(self, node):
         func = node.func
         if isinstance(func, ast.Name) and func.id in ("setattr", "delattr") and node.args:
-            root = _root(node.args[0])
-            if root in self.modules or root == "get_ipython()":
+            if self.protected(node.args[0]):
                 self.flag(node, f"{func.id} on {_dotted(node.args[0])}")
+        if isinstance(func, ast.Name) and func.id == "vars" and node.args and self.protected(node.args[0]):
+            self.flag(node, f"uses vars({_dotted(node.args[0])})")
         if isinstance(func, ast.Attribute):
-            pair = (_root(func.value), func.attr)
+            pair = (self.root(func.value), func.attr)
             if pair in FORBIDDEN_CALLS:
                 self.flag(node, f"calls {pair[0]}.{pair[1]}")
-            if _root(func) == "get_ipython()" and func.attr in SHELL_ATTRS | {"register", "append", "insert"}:
+            if self.root(func) == "get_ipython()" and func.attr in SHELL_ATTRS | {"register", "append", "insert"}:
                 self.flag(node, f"changes the IPython shell ({_dotted(func)})")
         for arg in node.args:
-            if isinstance(arg, ast.Constant) and isinstance(arg.value, str) \
-                    and any(p in arg.value for p in GRADER_PATHS):
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and GRADER_PATH.search(arg.value):
                 self.flag(node, f"touches the grader's files ({arg.value!r})")
+        if isinstance(func, ast.Attribute) and _is_sys_modules(func.value) \
+                and func.attr in ("pop", "update", "clear", "setdefault", "__setitem__", "__delitem__", "popitem"):
+            self.flag(node, f"changes sys.modules ({_dotted(func)})")
         self.generic_visit(node)
 
     def visit_Attribute(self, node):
-        if node.attr in FORBIDDEN_NAMES or (node.attr in SHELL_ATTRS and _root(node) == "get_ipython()"):
+        if node.attr in FORBIDDEN_NAMES or (node.attr in SHELL_ATTRS and self.root(node) == "get_ipython()"):
             self.flag(node, f"uses {_dotted(node)}")
-        if node.attr == "modules" and _root(node) == "sys":
-            self.flag(node, "uses sys.modules")
         self.generic_visit(node)
 
     def visit_Name(self, node):
@@ -116,13 +180,29 @@ class _Scanner(ast.NodeVisitor):
             self.flag(node, f"uses {node.id}")
 
 
+def _is_sys_modules(node) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "modules" and isinstance(node.value, ast.Name) \
+        and node.value.id == "sys"
+
+
+def scan_cells(cells: list[tuple[str, str]]) -> list[str]:
+    """Evidence lines ("cell `reparameterize`, line 3: replaces torch.allclose"), empty for honest code.
+
+    The cells are read in the order they run, so `import torch.testing as tt` in one cell and
+    `tt.assert_close = ...` in a later one are seen together.
+    """
+    scanner = _Scanner()
+    evidence: list[str] = []
+    for where, source in cells:
+        try:
+            tree = ast.parse(TransformerManager().transform_cell(source))
+        except SyntaxError:
+            continue  # the cell will fail when run; nothing to hide there
+        scanner.findings = []
+        scanner.visit(tree)
+        evidence += [f"{where}, line {line}: {why}" for line, why in sorted(set(scanner.findings))]
+    return evidence
+
+
 def scan_source(source: str, where: str) -> list[str]:
-    """Evidence lines ("cell reparameterize, line 3: replaces torch.allclose"), empty for honest code."""
-    try:
-        python = TransformerManager().transform_cell(source)
-        tree = ast.parse(python)
-    except SyntaxError:
-        return []  # the cell will fail when run; nothing to hide there
-    scanner = _Scanner(set())
-    scanner.visit(tree)
-    return [f"{where}, line {line}: {why}" for line, why in sorted(set(scanner.findings))]
+    return scan_cells([(where, source)])

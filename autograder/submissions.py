@@ -12,15 +12,40 @@ from dataclasses import dataclass
 from pathlib import Path
 
 RECOGNISED = 0.5  # share of a lab's graded cells a notebook must carry to count as that lab's
+MAX_NOTEBOOK_BYTES = 64 * 2**20  # course.toml: max_notebook_mib
 
 
 @dataclass
 class Found:
     path: Path | None
     note: str = ""
+    refused: str = ""   # why the file is not read at all (then `status` says how its rows are marked)
+    status: str = ""    # "tampered" (a link out of the student's folder) or "error"
 
 
-def _grade_ids(path: Path) -> set[str]:
+def refusal(path: Path, student_dir: Path, max_bytes: int = MAX_NOTEBOOK_BYTES) -> tuple[str, str]:
+    """(status, reason) when a handed-in file must not be opened, else ("", "").
+
+    The grader reads submissions with its own rights, outside the sandbox: a notebook that is a link to
+    the solutions (or to another student's notebook, or to /dev/zero), a named pipe that blocks every
+    read, or a file of gigabytes must be refused before anything opens it.
+    """
+    if path.is_symlink() or student_dir.is_symlink() or not path.resolve().is_relative_to(student_dir.resolve()):
+        target = path.resolve()
+        return "tampered", (f"{path.name} is a link to {target}: the grader reads only files handed in, never "
+                            "links; hand in the notebook itself")
+    if not path.is_file():
+        return "error", f"{path.name} is not a regular file: hand in the .ipynb file saved by JupyterLab"
+    size = path.stat().st_size
+    if size > max_bytes:
+        return "error", (f"{path.name} is {size / 2**20:.0f} MiB, over the {max_bytes / 2**20:.0f} MiB limit; "
+                         "clear the outputs (Edit > Clear Outputs of All Cells), save, and hand it in again")
+    return "", ""
+
+
+def _grade_ids(path: Path, student_dir: Path, max_bytes: int) -> set[str]:
+    if refusal(path, student_dir, max_bytes)[0]:
+        return set()
     try:
         nb = json.loads(path.read_text(errors="replace"))
         return {c.get("metadata", {}).get("nbgrader", {}).get("grade_id") for c in nb.get("cells", [])} - {None}
@@ -28,17 +53,18 @@ def _grade_ids(path: Path) -> set[str]:
         return set()
 
 
-def locate(student_dir: Path, lab: str, lab_ids: set[str]) -> Found:
+def locate(student_dir: Path, lab: str, lab_ids: set[str], max_bytes: int = MAX_NOTEBOOK_BYTES) -> Found:
     expected = student_dir / lab / f"{lab}.ipynb"
-    if expected.exists():
-        return Found(expected)
+    if expected.exists() or expected.is_symlink():
+        status, why = refusal(expected, student_dir, max_bytes)
+        return Found(expected, refused=why, status=status)
     if not student_dir.is_dir():
         return Found(None)
     best, best_share = None, 0.0
     for path in sorted(student_dir.rglob("*.ipynb")):
         if ".ipynb_checkpoints" in path.parts:
             continue
-        share = len(_grade_ids(path) & lab_ids) / max(1, len(lab_ids))
+        share = len(_grade_ids(path, student_dir, max_bytes) & lab_ids) / max(1, len(lab_ids))
         if share > best_share:
             best, best_share = path, share
     if best is not None and best_share >= RECOGNISED:

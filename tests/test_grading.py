@@ -8,6 +8,7 @@ import csv
 import re
 from html import unescape
 import json
+import os
 import subprocess
 import sys
 from collections import defaultdict
@@ -32,9 +33,16 @@ def cases(predicate):
     return [pytest.param(lab, name, id=f"{lab}-{name}") for lab, name, e in CASES if predicate(e)]
 
 
+def _fingerprint(folder: Path) -> dict[str, bytes]:
+    """Every file's bytes (links as their target), to prove that grading changed nothing handed in."""
+    return {str(p.relative_to(folder)): (os.readlink(p).encode() if p.is_symlink() else p.read_bytes())
+            for p in sorted(folder.rglob("*")) if p.is_symlink() or p.is_file()}
+
+
 @pytest.fixture(scope="session")
 def graded(tmp_path_factory):
     out = tmp_path_factory.mktemp("graded")
+    before = _fingerprint(ROOT / "autograder" / "samples"), _fingerprint(ROOT / "solutions")
     cmd = [sys.executable, "-m", "genlab.cli", "--root", str(ROOT), "grade", str(ROOT / "autograder" / "samples"),
            "--out", str(out), "--workers", "2", "--cell-timeout", "60", "--test-timeout", "20", "--quiet"]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
@@ -46,11 +54,12 @@ def graded(tmp_path_factory):
         for row in reader:
             rows[row["student"], row["lab"]][row["test"]] = row
     results = {(r["student"], r["lab"]): r for r in json.loads((out / "results.json").read_text())}
-    return out, rows, results, run.stdout
+    unchanged = before == (_fingerprint(ROOT / "autograder" / "samples"), _fingerprint(ROOT / "solutions"))
+    return out, rows, results, run.stdout, unchanged
 
 
 def test_every_sample_graded_and_nothing_lost(graded):
-    _, rows, _, _ = graded
+    _, rows, _, _, _ = graded
     assert set(rows) == {(name, lab) for lab, name, _ in CASES}
     for (student, lab), tests in rows.items():
         assert set(tests) == set(TESTS[lab]), f"{student}/{lab}: tests missing from the gradebook"
@@ -58,7 +67,7 @@ def test_every_sample_graded_and_nothing_lost(graded):
 
 @pytest.mark.parametrize("lab,sample", cases(lambda e: e.get("full")))
 def test_correct_code_gets_full_marks(graded, lab, sample):
-    _, rows, results, _ = graded
+    _, rows, results, _, _ = graded
     for test, row in rows[sample, lab].items():
         assert row["status"] == "passed", f"{sample}/{test}: {row['status']}: " + next(
             t["message"] for t in results[sample, lab]["tests"] if t["test"] == test)
@@ -68,7 +77,7 @@ def test_correct_code_gets_full_marks(graded, lab, sample):
 
 @pytest.mark.parametrize("lab,sample", cases(lambda e: "bug" in e))
 def test_each_catalogued_bug_loses_marks_and_is_named(graded, lab, sample):
-    _, all_rows, _, _ = graded
+    _, all_rows, _, _, _ = graded
     rows = {sample: all_rows[sample, lab]}
     expect = DEFS[lab].EXPECT[sample]
     own = {t: r for t, r in rows[sample].items() if TESTS[lab][t]["function"] == expect["function"]}
@@ -84,7 +93,7 @@ def test_each_catalogued_bug_loses_marks_and_is_named(graded, lab, sample):
 
 @pytest.mark.parametrize("lab,sample", cases(lambda e: e.get("tampered")))
 def test_attacks_earn_nothing_and_are_reported(graded, lab, sample):
-    _, rows, results, _ = graded
+    _, rows, results, _, _ = graded
     assert all(float(r["score"]) == 0 for r in rows[sample, lab].values())
     assert all(r["status"] == "tampered" for r in rows[sample, lab].values())
     assert results[sample, lab]["evidence"], "the evidence must be kept for the instructor"
@@ -93,7 +102,7 @@ def test_attacks_earn_nothing_and_are_reported(graded, lab, sample):
 @pytest.mark.parametrize("lab,sample", cases(lambda e: "failed_tests" in e))
 def test_attacks_on_values_earn_nothing(graded, lab, sample):
     """Rigged objects, printed "PASSED" lines, solutions read from disk: the value tests still fail."""
-    _, rows, results, _ = graded
+    _, rows, results, _, _ = graded
     for test in DEFS[lab].EXPECT[sample]["failed_tests"]:
         row = rows[sample, lab][test]
         assert float(row["score"]) == 0 and row["status"] != "passed", results[sample, lab]["tests"]
@@ -101,7 +110,7 @@ def test_attacks_on_values_earn_nothing(graded, lab, sample):
 
 @pytest.mark.parametrize("lab,sample", cases(lambda e: "status" in e))
 def test_faults_cost_only_the_affected_tests(graded, lab, sample):
-    _, rows, results, _ = graded
+    _, rows, results, _, _ = graded
     expect = DEFS[lab].EXPECT[sample]
     if expect.get("needs_cgroups") and not cgroups.usable():
         pytest.skip(f"per-kernel cgroups are not available here: {cgroups.available()}")
@@ -114,7 +123,7 @@ def test_faults_cost_only_the_affected_tests(graded, lab, sample):
 
 @pytest.mark.parametrize("lab,sample", cases(lambda e: "status_all" in e))
 def test_unreadable_or_missing_notebooks_keep_every_row(graded, lab, sample):
-    _, rows, results, _ = graded
+    _, rows, results, _, _ = graded
     assert {r["status"] for r in rows[sample, lab].values()} == {DEFS[lab].EXPECT[sample]["status_all"]}
     assert all(float(r["score"]) == 0 for r in rows[sample, lab].values())
     assert all(t["message"] for t in results[sample, lab]["tests"]), "each row must say why"
@@ -129,7 +138,7 @@ def test_processes_left_running_are_killed(graded, lab, sample):
 
 @pytest.mark.parametrize("lab,sample", cases(lambda e: "max_notebook_bytes" in e))
 def test_output_floods_are_capped(graded, lab, sample):
-    out, rows, _, _ = graded
+    out, rows, _, _, _ = graded
     graded_nb = out / "autograded" / sample / lab / f"{lab}.ipynb"
     feedback = out / "feedback" / sample / lab / f"{lab}.html"
     limit = DEFS[lab].EXPECT[sample]["max_notebook_bytes"]
@@ -139,14 +148,14 @@ def test_output_floods_are_capped(graded, lab, sample):
 
 @pytest.mark.parametrize("lab,sample", cases(lambda e: "notes" in e))
 def test_repairs_are_reported(graded, lab, sample):
-    _, _, results, _ = graded
+    _, _, results, _, _ = graded
     notes = " ".join(results[sample, lab]["notes"])
     for word in DEFS[lab].EXPECT[sample]["notes"]:
         assert word in notes
 
 
 def test_gradebook_and_feedback_written(graded):
-    out, rows, _, stdout = graded
+    out, rows, _, stdout, _ = graded
     import sqlite3
 
     db = sqlite3.connect(out / "gradebook.db")
@@ -165,3 +174,19 @@ def test_gradebook_and_feedback_written(graded):
     assert "kl_sign_flipped" in html and "BEGIN HIDDEN" not in html
     assert "kl_divergence(Normal" not in html, "hidden test code must not reach the feedback"
     assert "== lab1_vae ==" in stdout
+
+
+@pytest.mark.parametrize("lab,sample", cases(lambda e: e.get("writes_nothing")))
+def test_student_code_cannot_write_other_submissions_or_solutions(graded, lab, sample):
+    """The sample walks the file system appending to every notebook, gradebook and CSV it can open."""
+    _, rows, _, _, unchanged = graded
+    assert unchanged, "a file under autograder/samples or solutions/ changed while grading"
+    assert all(r["status"] == "passed" for r in rows[sample, lab].values()), "its own correct code keeps full marks"
+
+
+@pytest.mark.parametrize("lab,sample", cases(lambda e: e.get("points_from_release")))
+def test_points_come_from_the_release_not_the_students_copy(graded, lab, sample):
+    _, rows, _, _, _ = graded
+    assert set(rows[sample, lab]) == set(TESTS[lab]), "a cell the student added became a graded test"
+    for test, row in rows[sample, lab].items():
+        assert float(row["max_score"]) == TESTS[lab][test]["points"], f"{test}: max_score taken from the submission"

@@ -1,6 +1,8 @@
 """One source of truth: labs/ and the sample submissions are generated, and must not drift."""
 from __future__ import annotations
 
+import importlib
+import os
 import re
 from pathlib import Path
 
@@ -8,8 +10,6 @@ import nbformat
 import pytest
 
 from autograder.release import lab_ids, release
-import importlib
-
 from autograder.sample_submissions import HERE as SAMPLES, LABS as LAB_SAMPLES, write
 from genlab.testing.notebook import LabNotebook, function_of, is_solution, is_test
 
@@ -63,6 +63,9 @@ def test_samples_match_their_definitions(lab, tmp_path):
             assert not (SAMPLES / name / lab / f"{lab}.ipynb").exists()
             continue
         committed = SAMPLES / fresh.relative_to(tmp_path)
+        if "link" in spec:
+            assert committed.is_symlink() and os.readlink(committed) == spec["link"], f"sample {name} is stale"
+            continue
         if "raw" in spec:
             assert committed.read_text() == fresh.read_text()
             continue

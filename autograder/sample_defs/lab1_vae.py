@@ -116,6 +116,56 @@ SAMPLES: dict[str, dict] = {
         "    except OSError:\n        pass\n"}},
     "attack_print_pass": {"cells": {"gaussian_kl": KL_HEAD + "    print('[genlab grader] gaussian_kl_value: PASSED "
                                     "(2/2 points)')\n    return torch.zeros(mu.shape[0])\n"}},
+    # -- more ways in-kernel graders are fooled (each with wrong code that the trick would have to hide) ----
+    "attack_showtraceback": {"cells": {"reparameterize": REPARAM_HEAD + "    return mu\n"},
+                             "after": {"reparameterize": "get_ipython().showtraceback = lambda *a, **k: None\n"}},
+    "attack_custom_exc": {"cells": {"gaussian_kl": KL_HEAD + "    return mu.sum(-1) * 0\n"},
+                          "after": {"reparameterize": "from IPython import get_ipython as _shell\n"
+                                    "_ip = _shell()\n_ip.set_custom_exc((BaseException,), lambda *a, **k: None)\n"}},
+    "attack_numpy": {"cells": {"reparameterize": REPARAM_HEAD + "    return mu\n"},
+                     "after": {"reparameterize": "import numpy.testing as _npt\nimport numpy\n"
+                               "numpy.allclose = lambda *a, **k: True\n_npt.assert_allclose = lambda *a, **k: None\n"}},
+    # A tensor that answers "equal" to every comparison made on it, and says it has the right statistics.
+    "attack_tensor_subclass": {"cells": {"reparameterize":
+        "class Agreeable(torch.Tensor):\n"
+        "    @classmethod\n"
+        "    def __torch_function__(cls, func, types, args=(), kwargs=None):\n"
+        "        name = getattr(func, '__name__', '')\n"
+        "        if name in ('allclose', 'equal', '__eq__', 'eq', 'isclose'):\n"
+        "            return True\n"
+        "        return super().__torch_function__(func, types, args, kwargs or {})\n\n"
+        + REPARAM_HEAD + "    return torch.zeros_like(mu).as_subclass(Agreeable)\n"}},
+    # Fakes the CUDA event API through an alias, so a grader timing with events would see a fast loop.
+    "attack_cuda_event": {"cells": {"reparameterize": "_Event = torch.cuda.Event\n"
+                                    "_Event.elapsed_time = lambda self, end: 1e-6\n"
+                                    "_Event.record = lambda self, stream=None: None\n"
+                                    + _bug("reparameterize", "python_loop_over_batch")}},
+    # Correct code, then tries to change every notebook and gradebook it can reach (without a telltale string).
+    "attack_write_others": {"cells": {}, "after": {"gaussian_kl_gradient":
+        "import os\n_changed = 0\n"
+        "for _top in ('/', os.path.expanduser('~'), os.path.dirname(os.getcwd())):\n"
+        "    for _dir, _subdirs, _files in os.walk(_top):\n"
+        "        _subdirs[:] = [d for d in _subdirs if d not in ('proc', 'sys', 'dev', 'usr', 'lib', '.venv', "
+        "'site-packages', 'node_modules')]\n"
+        "        for _f in _files:\n"
+        "            if _f.endswith(('.ipynb', '.db', '.csv')):\n"
+        "                try:\n"
+        "                    with open(os.path.join(_dir, _f), 'a') as _h:\n"
+        "                        _h.write('\\n')\n"
+        "                    _changed += 1\n"
+        "                except OSError:\n"
+        "                    pass\n"
+        "print('files changed:', _changed)\n"}},
+    # nbgrader metadata edited in the student's copy: more points on a test, a solution cell made a graded
+    # cell, and two added "grade" cells (one with an id the lab does not have). Only the release counts.
+    "attack_forged_metadata": {"cells": {"reparameterize": REPARAM_HEAD + "    return mu\n"},
+                               "metadata": {"reparameterize_shape": {"points": 100},
+                                            "reparameterize": {"grade": True, "points": 50}},
+                               "add": [("assert True\n", {"grade": True, "solution": False, "locked": True,
+                                                         "grade_id": "bonus", "points": 1000}),
+                                       ("assert True\n", {"grade": True, "solution": False, "points": 500})]},
+    # The notebook handed in is a link to the solution notebook (a tar or zip upload can carry links).
+    "attack_symlink_solution": {"link": "../../../../solutions/lab1_vae/lab1_vae.ipynb"},
 }
 
 BUG_SAMPLES = {
@@ -164,4 +214,11 @@ EXPECT: dict[str, dict] = {
                                                               "reparameterize_noise"]},
     "attack_kill_grader": {"tampered": True},
     "attack_print_pass": {"full": False, "failed_tests": ["gaussian_kl_value", "gaussian_kl_gradient"]},
+    "attack_showtraceback": {"tampered": True}, "attack_custom_exc": {"tampered": True},
+    "attack_numpy": {"tampered": True}, "attack_tensor_subclass": {"tampered": True},
+    "attack_cuda_event": {"tampered": True}, "attack_symlink_solution": {"tampered": True},
+    "attack_write_others": {"full": True, "writes_nothing": True},
+    "attack_forged_metadata": {"full": False, "points_from_release": True,
+                               "failed_tests": ["reparameterize_value", "reparameterize_gradient"],
+                               "notes": ["not part of this lab", "grading metadata"]},
 }

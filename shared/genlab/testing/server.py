@@ -49,9 +49,22 @@ def _watched() -> dict[str, object]:
     for name in ("grad_of", "peak_memory", "count_flops", "check_close", "check_shape", "time_ratio"):
         if hasattr(checks, name):
             watched[f"genlab.checks.{name}"] = getattr(checks, name)
-    if torch.cuda.is_available():
-        watched["torch.cuda.Event.elapsed_time"] = torch.cuda.Event.elapsed_time
-        watched["torch.cuda.max_memory_allocated"] = torch.cuda.max_memory_allocated
+    # The CUDA API exists on CPU builds too; a notebook that fakes it is tampering even where it is unused.
+    for name in ("Event.elapsed_time", "Event.record", "Event.synchronize", "synchronize", "max_memory_allocated",
+                 "reset_peak_memory_stats"):
+        owner, _, attr = f"torch.cuda.{name}".rpartition(".")
+        obj = torch.cuda.Event if owner.endswith("Event") else torch.cuda
+        watched[f"torch.cuda.{name}"] = getattr(obj, attr, None)
+    for name in ("perf_counter_ns", "process_time", "monotonic_ns", "time_ns"):
+        watched[f"time.{name}"] = getattr(time, name)
+    try:
+        import numpy as np
+
+        watched.update({"numpy.allclose": np.allclose, "numpy.array_equal": np.array_equal,
+                        "numpy.isclose": np.isclose, "numpy.testing.assert_allclose": np.testing.assert_allclose,
+                        "numpy.ndarray.__eq__": np.ndarray.__eq__})
+    except ImportError:
+        pass
     try:
         shell = get_ipython()  # noqa: F821
         cls = type(shell)
