@@ -65,7 +65,7 @@ def grade_one(root: Path, student: str, lab: str, found: Found, scratch: Path, l
         definition = pipeline.Lab.load(root, lab)
         outcomes = pipeline.all_outcomes(definition, found.status, found.refused)
         return pipeline.Result(student, lab, outcomes, {t: s["points"] for t, s in definition.tests.items()},
-                               [found.refused], [found.refused] if found.status == pipeline.TAMPERED else []), False
+                               [], [found.refused] if found.status == pipeline.TAMPERED else []), False
     result_key = cache.key(found.path, source)
     cached = cache.load(out, student, lab, result_key)
     if cached is not None:
@@ -215,7 +215,30 @@ def _summary_cell(result: pipeline.Result):
     if result.evidence:
         lines += ["", "**Interference with the grader (reported to the instructor):**"] + \
                  [f"- `{e}`" for e in result.evidence]
+    if result.notebook is None:  # nothing ran: the reason is the whole feedback
+        reasons = [m for m in dict.fromkeys(o.message for o in result.outcomes if o.message)
+                   if m not in result.evidence]
+        if reasons:
+            lines += ["", "**Why nothing was graded:**"] + [f"- {m}" for m in reasons]
     return nbformat.v4.new_markdown_cell("\n".join(lines))
+
+
+def _write_reason_pages(out: Path, results) -> None:
+    """A feedback page for notebooks that never ran (missing, unreadable, refused), saying why and what to do.
+
+    nbgrader's GenerateFeedback only knows notebooks it autograded, so without this those students would get
+    no page at all.
+    """
+    from nbconvert import HTMLExporter
+
+    exporter = HTMLExporter()
+    for r in results:
+        if r.notebook is not None:
+            continue
+        page = nbformat.v4.new_notebook(cells=[_summary_cell(r)])
+        path = out / "feedback" / r.student / r.lab / f"{r.lab}.html"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(exporter.from_notebook_node(page)[0])
 
 
 def write_feedback(out: Path, db_url: str, results, labs) -> None:
@@ -247,6 +270,7 @@ def write_feedback(out: Path, db_url: str, results, labs) -> None:
         converter = GenerateFeedback(coursedir=CourseDirectory(config=c), config=c)
         converter.log.setLevel(logging.ERROR)
         converter.start()
+    _write_reason_pages(out, results)
 
 
 def write_outputs(root: Path, out: Path, results, labs, db_url: str | None = None) -> None:

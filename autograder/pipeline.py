@@ -131,7 +131,9 @@ def grade_notebook(student: str, lab: Lab, path: Path, *, workdir: Path, limits:
     points = {t: spec["points"] for t, spec in lab.tests.items()}
     start = time.monotonic()
     if not path.exists():
-        return Result(student, lab.id, all_outcomes(lab, MISSING, f"no notebook at {path.name}"), points)
+        return Result(student, lab.id, all_outcomes(lab, MISSING, (
+            f"no notebook for {lab.id} was handed in: expected {lab.id}/{lab.id}.ipynb, and no other notebook "
+            "in the submission carries this lab's cells")), points)
     try:
         submitted = nbformat.read(str(path), as_version=4)
         _check_cells(submitted)

@@ -127,6 +127,8 @@ def test_unreadable_or_missing_notebooks_keep_every_row(graded, lab, sample):
     assert {r["status"] for r in rows[sample, lab].values()} == {DEFS[lab].EXPECT[sample]["status_all"]}
     assert all(float(r["score"]) == 0 for r in rows[sample, lab].values())
     assert all(t["message"] for t in results[sample, lab]["tests"]), "each row must say why"
+    page = unescape(re.sub(r"<[^>]+>", "", (graded[0] / "feedback" / sample / lab / f"{lab}.html").read_text()))
+    assert "Why nothing was graded" in page and results[sample, lab]["tests"][0]["message"][:40] in page
 
 
 @pytest.mark.parametrize("lab,sample", cases(lambda e: "no_process" in e))
