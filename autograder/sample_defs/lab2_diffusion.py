@@ -78,6 +78,15 @@ def q_sample(x0, t, noise, alpha_bar):
     sqrt_1ma = (1 - a).sqrt().to(x0.dtype).view(shape).expand_as(x0).contiguous()
     return sqrt_a * x0 + sqrt_1ma * noise
 '''},
+    # The same off-by-one, by a student who kept the range check: input validation agrees with the reference,
+    # and that must not hide the bug's name.
+    "off_by_one_t_checked": {"q_sample": '''
+def q_sample(x0, t, noise, alpha_bar):
+    if (t < 0).any() or (t >= len(alpha_bar)).any():
+        raise IndexError("t out of range")
+    a = alpha_bar[t - 1].to(x0.dtype).reshape(-1, *([1] * (x0.ndim - 1)))
+    return a.sqrt() * x0 + (1 - a).sqrt() * noise
+'''},
     "python_loop_over_batch": {"q_sample": '''
 def q_sample(x0, t, noise, alpha_bar):
     out = []
@@ -126,6 +135,7 @@ _EXPECTED = {
     "cosine_python_list": dict(_FULL, function="make_beta_schedule"),
     "silent_broadcast": {"full_marks": False, "bug": "silent_broadcast", "function": "q_sample"},
     "off_by_one_t": {"full_marks": False, "bug": "off_by_one_t", "function": "q_sample"},
+    "off_by_one_t_checked": {"full_marks": False, "bug": "off_by_one_t", "function": "q_sample"},
     "materialized_broadcast": {"full_marks": False, "bug": "materialized_broadcast", "function": "q_sample"},
     "python_loop_over_batch": {"full_marks": False, "bug": "python_loop_over_batch", "function": "q_sample"},
     "unclipped_cosine": {"full_marks": False, "bug": "unclipped_cosine", "function": "make_beta_schedule"},
