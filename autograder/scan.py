@@ -191,11 +191,11 @@ def scan_cells(cells: list[tuple[str, str]]) -> list[str]:
     The cells are read in the order they run, so `import torch.testing as tt` in one cell and
     `tt.assert_close = ...` in a later one are seen together.
     """
-    scanner = _Scanner()
+    scanner, magics = _Scanner(), TransformerManager()
     evidence: list[str] = []
     for where, source in cells:
         try:
-            tree = ast.parse(TransformerManager().transform_cell(source))
+            tree = ast.parse(magics.transform_cell(source))
         except SyntaxError:
             continue  # the cell will fail when run; nothing to hide there
         scanner.findings = []

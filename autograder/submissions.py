@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 RECOGNISED = 0.5  # share of a lab's graded cells a notebook must carry to count as that lab's
-MAX_NOTEBOOK_BYTES = 64 * 2**20  # course.toml: max_notebook_mib
 
 
 @dataclass
@@ -23,12 +22,13 @@ class Found:
     status: str = ""    # "tampered" (a link out of the student's folder) or "error"
 
 
-def refusal(path: Path, student_dir: Path, max_bytes: int = MAX_NOTEBOOK_BYTES) -> tuple[str, str]:
+def refusal(path: Path, student_dir: Path, max_bytes: int) -> tuple[str, str]:
     """(status, reason) when a handed-in file must not be opened, else ("", "").
 
     The grader reads submissions with its own rights, outside the sandbox: a notebook that is a link to
     the solutions (or to another student's notebook, or to /dev/zero), a named pipe that blocks every
-    read, or a file of gigabytes must be refused before anything opens it.
+    read, or a file of gigabytes must be refused before anything opens it. ``max_bytes`` comes from
+    ``Limits.max_notebook_bytes`` (course.toml: max_notebook_mib).
     """
     if path.is_symlink() or student_dir.is_symlink() or not path.resolve().is_relative_to(student_dir.resolve()):
         target = path.resolve()
@@ -53,7 +53,7 @@ def _grade_ids(path: Path, student_dir: Path, max_bytes: int) -> set[str]:
         return set()
 
 
-def locate(student_dir: Path, lab: str, lab_ids: set[str], max_bytes: int = MAX_NOTEBOOK_BYTES) -> Found:
+def locate(student_dir: Path, lab: str, lab_ids: set[str], max_bytes: int) -> Found:
     expected = student_dir / lab / f"{lab}.ipynb"
     if expected.exists() or expected.is_symlink():
         status, why = refusal(expected, student_dir, max_bytes)

@@ -6,7 +6,10 @@ import os
 import nbformat
 
 from autograder.assemble import assemble
+from autograder.kernel import Limits
 from autograder.submissions import locate, refusal
+
+MAX = Limits.max_notebook_bytes
 
 LAB = "lab1_vae"
 
@@ -22,8 +25,8 @@ def _notebook(path, grade_ids=("a", "b")):
 
 def test_a_plain_notebook_is_accepted(tmp_path):
     path = _notebook(tmp_path / "alice" / LAB / f"{LAB}.ipynb")
-    assert refusal(path, tmp_path / "alice") == ("", "")
-    assert locate(tmp_path / "alice", LAB, {"a", "b"}).refused == ""
+    assert refusal(path, tmp_path / "alice", MAX) == ("", "")
+    assert locate(tmp_path / "alice", LAB, {"a", "b"}, MAX).refused == ""
 
 
 def test_a_link_out_of_the_students_folder_is_tampering(tmp_path):
@@ -31,7 +34,7 @@ def test_a_link_out_of_the_students_folder_is_tampering(tmp_path):
     link = tmp_path / "eve" / LAB / f"{LAB}.ipynb"
     link.parent.mkdir(parents=True)
     link.symlink_to(os.path.relpath(secret, link.parent))
-    found = locate(tmp_path / "eve", LAB, {"a", "b"})
+    found = locate(tmp_path / "eve", LAB, {"a", "b"}, MAX)
     assert found.status == "tampered" and "link" in found.refused
 
 
@@ -39,14 +42,14 @@ def test_a_linked_lab_folder_is_tampering(tmp_path):
     _notebook(tmp_path / "solutions" / LAB / f"{LAB}.ipynb")
     (tmp_path / "eve").mkdir()
     (tmp_path / "eve" / LAB).symlink_to(tmp_path / "solutions" / LAB)
-    assert locate(tmp_path / "eve", LAB, {"a", "b"}).status == "tampered"
+    assert locate(tmp_path / "eve", LAB, {"a", "b"}, MAX).status == "tampered"
 
 
 def test_a_named_pipe_is_refused_without_blocking(tmp_path):
     path = tmp_path / "bob" / LAB / f"{LAB}.ipynb"
     path.parent.mkdir(parents=True)
     os.mkfifo(path)
-    status, why = refusal(path, tmp_path / "bob")
+    status, why = refusal(path, tmp_path / "bob", MAX)
     assert status == "error" and "not a regular file" in why
 
 
@@ -60,7 +63,7 @@ def test_misnamed_links_are_not_followed_when_searching(tmp_path):
     secret = _notebook(tmp_path / "solutions" / "x.ipynb")
     (tmp_path / "dave").mkdir()
     (tmp_path / "dave" / "Lab1.ipynb").symlink_to(secret)
-    assert locate(tmp_path / "dave", LAB, {"a", "b"}).path is None
+    assert locate(tmp_path / "dave", LAB, {"a", "b"}, MAX).path is None
 
 
 def test_grading_metadata_on_added_cells_is_dropped():

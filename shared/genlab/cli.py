@@ -48,7 +48,7 @@ def cmd_grade(args) -> int:
                     notebook_timeout_s=pick(args.notebook_timeout, "notebook_timeout_s", 900.0),
                     request_timeout_s=pick(args.test_timeout, "test_timeout_s", 60.0),
                     output_bytes_per_cell=int(pick(args.output_limit, "output_bytes_per_cell", 100_000)),
-                    max_notebook_bytes=int(course.get("max_notebook_mib", 64) * 2**20))
+                    max_notebook_bytes=int(course.get("max_notebook_mib", Limits.max_notebook_bytes / 2**20) * 2**20))
     sandbox = SandboxConfig(memory_bytes=int(pick(args.memory_limit, "memory_gib", 4.0) * 2**30),
                             max_processes=int(course.get("max_processes", 64)),
                             max_file_bytes=int(course.get("max_file_mib", 256) * 2**20))

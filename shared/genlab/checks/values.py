@@ -89,7 +89,7 @@ def check_close(
         actual_cmp, expected_cmp = actual.double(), expected
     else:
         actual_cmp, expected_cmp = actual, expected
-    rtol, atol, how = _tolerances(actual.dtype, expected_cmp, rtol, atol)
+    rtol, atol, how = tolerances(actual.dtype, expected_cmp, rtol, atol)
 
     def message(_torch_message: str) -> str:
         return _mismatch_message(name, actual_cmp, expected_cmp, rtol, atol, equal_nan, how,
@@ -118,7 +118,7 @@ def check_dtype_device(actual: torch.Tensor, like: torch.Tensor, *, name: str = 
 # --- tolerances ----------------------------------------------------------------------
 
 
-def _tolerances(dtype: torch.dtype, expected: torch.Tensor, rtol: Optional[float],
+def tolerances(dtype: torch.dtype, expected: torch.Tensor, rtol: Optional[float],
                 atol: Optional[float]) -> tuple[float, float, str]:
     """Resolve (rtol, atol) and describe them for the message."""
     if not (dtype.is_floating_point or dtype.is_complex):

@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 
 from genlab.catalog import Bug
-from genlab.checks.values import DEFAULT_TOLERANCES
+from genlab.checks.values import DEFAULT_TOLERANCES, tolerances
 from genlab.testing.proxy import Call
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -30,12 +30,11 @@ def same(a, b, rtol: float = 1e-4, atol: float = 1e-5) -> bool:
             if low:
                 # Half-precision results of one formula differ by more than rounding when the student rounds at
                 # another step (1 - alpha_bar in float16 vs in float64). The tests forgive that (check_close's
-                # per-dtype tolerances, atol relative to the RMS), and so must the match with a bug, or the bug
-                # goes unnamed. Twice the band: each of the two results may lie a full band from the truth.
-                tol = 2 * max(DEFAULT_TOLERANCES[d][0] for d in low)
-                finite = b[torch.isfinite(b)]
-                scale = finite.pow(2).mean().sqrt().item() if finite.numel() else 1.0
-                rtol, atol = max(rtol, tol), max(atol, tol * (scale or 1.0))
+                # per-dtype band, atol relative to the RMS), and so must the match with a bug, or the bug goes
+                # unnamed. Twice the band: each of the two results may lie a full band from the truth.
+                coarsest = max(low, key=lambda d: DEFAULT_TOLERANCES[d][0])
+                band_rtol, band_atol, _ = tolerances(coarsest, b, None, None)
+                rtol, atol = max(rtol, 2 * band_rtol), max(atol, 2 * band_atol)
             return torch.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True)
         return torch.equal(a.detach().cpu(), b.detach().cpu())
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
