@@ -73,6 +73,8 @@ def assemble(student: nbformat.NotebookNode, release: nbformat.NotebookNode) -> 
                 student_code.append((f"cell `{gid}`", mine.source))
             chosen = copy.deepcopy(mine)
             chosen.metadata["nbgrader"] = copy.deepcopy(nbgrader_meta(cell))
+            if "id" in cell:
+                chosen["id"] = cell["id"]  # the release's cell, with the student's code
             out.cells.append(chosen)
         else:
             if gid is not None and mine is None:
@@ -85,4 +87,14 @@ def assemble(student: nbformat.NotebookNode, release: nbformat.NotebookNode) -> 
     for gid in by_id:
         if gid not in release_ids:
             notes.append(f"cell `{gid}` is not part of this lab and was ignored")
+    _unique_ids(out)
     return Assembled(out, notes, student_code)
+
+
+def _unique_ids(nb) -> None:
+    """Cells the student added may carry an id a release cell has: nbformat requires ids to be unique."""
+    seen: set[str] = set()
+    for index, cell in enumerate(nb.cells):
+        if "id" in cell and cell["id"] in seen:
+            cell["id"] = f"added-{index}"
+        seen.add(cell.get("id"))

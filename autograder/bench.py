@@ -58,7 +58,7 @@ def plain_nbgrader(subs: Path, work: Path) -> float:
 
 
 def genlab_grade(subs: Path, out: Path, *extra) -> float:
-    return _run([sys.executable, "-m", "genlab.cli", "--root", str(ROOT), "grade", str(subs), "--out", str(out),
+    return _run([sys.executable, "-m", "autograder.cli", "--root", str(ROOT), "grade", str(subs), "--out", str(out),
                  "--lab", LAB, "--quiet", *extra])
 
 

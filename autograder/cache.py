@@ -13,9 +13,7 @@ from pathlib import Path
 import nbformat
 
 import genlab
-from autograder import pipeline
-from genlab.catalog import bug
-from genlab.testing.runner import Outcome
+from autograder.results import Result
 
 
 def key(notebook: Path | None, source: Path) -> str:
@@ -30,7 +28,7 @@ def _paths(out: Path, student: str, lab: str) -> tuple[Path, Path]:
     return folder / f"{lab}.json", folder / f"{lab}.ipynb"
 
 
-def load(out: Path, student: str, lab: str, expected_key: str) -> pipeline.Result | None:
+def load(out: Path, student: str, lab: str, expected_key: str) -> Result | None:
     meta_path, nb_path = _paths(out, student, lab)
     try:
         meta = json.loads(meta_path.read_text())
@@ -38,18 +36,13 @@ def load(out: Path, student: str, lab: str, expected_key: str) -> pipeline.Resul
         return None
     if meta.get("key") != expected_key:
         return None
-    data = meta["result"]
-    outcomes = [Outcome(t["test"], t["status"], t["message"], 0.0, [bug(lab, b) for b in t["diagnosis"]])
-                for t in data["tests"]]
-    points = {t["test"]: t["max_score"] for t in data["tests"]}
     notebook = nbformat.read(str(nb_path), as_version=4) if nb_path.exists() else None
-    return pipeline.Result(student, lab, outcomes, points, data["notes"], data["evidence"], notebook,
-                           data["seconds"])
+    return Result.from_json(meta["result"], notebook)
 
 
-def store(out: Path, result: pipeline.Result, result_key: str) -> None:
+def store(out: Path, result: Result, result_key: str) -> None:
     meta_path, nb_path = _paths(out, result.student, result.lab)
     meta_path.parent.mkdir(parents=True, exist_ok=True)
     if result.notebook is not None:
         nbformat.write(result.notebook, str(nb_path))
-    meta_path.write_text(json.dumps({"key": result_key, "result": pipeline.result_json(result)}))
+    meta_path.write_text(json.dumps({"key": result_key, "result": result.to_json()}))

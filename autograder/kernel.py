@@ -10,6 +10,7 @@ import itertools
 import os
 import queue
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -21,18 +22,17 @@ import zmq
 from jupyter_client import KernelManager
 
 from autograder import cgroups
+from autograder.sandbox import kernel_environment
+from autograder.limits import Limits
 from genlab.testing import wire
-from genlab.testing.proxy import KernelLost, RemoteTimeout
 
 
-@dataclass
-class Limits:
-    cell_timeout_s: float = 60.0
-    notebook_timeout_s: float = 600.0
-    request_timeout_s: float = 60.0
-    output_bytes_per_cell: int = 100_000
-    interrupt_grace_s: float = 5.0
-    max_notebook_bytes: int = 64 * 2**20   # a handed-in file larger than this is refused unread
+class KernelLost(Exception):
+    """The student's kernel died (crash, ``os._exit``, a memory limit) while running a request."""
+
+
+class RemoteTimeout(Exception):
+    """The student's code ran past the time limit and was interrupted."""
 
 
 @dataclass
@@ -48,7 +48,8 @@ class KernelSession:
     """One kernel in ``workdir``; ``launcher`` prefixes the kernel command (a sandbox, see sandbox.py)."""
 
     def __init__(self, workdir: Path, limits: Limits = Limits(), env: dict | None = None,
-                 launcher: list[str] | None = None, cgroup_limits: tuple[int, int] | None = None):
+                 launcher: list[str] | None = None, cgroup_limits: tuple[int, int] | None = None,
+                 remove_workdir: bool = False):
         self.workdir = Path(workdir)
         self.rpc_dir = self.workdir / ".genlab_rpc"
         self.limits = limits
@@ -58,9 +59,11 @@ class KernelSession:
         self.km: KernelManager | None = None
         self.kc = None
         self.dead_reason = ""
+        self.dead_of_timeout = False     # the kernel was killed for ignoring an interrupt (else: it died)
         self.started_at = 0.0
         self.cgroup_limits = cgroup_limits   # (memory bytes, processes), applied when cgroups are usable
         self.cgroup = None
+        self.remove_workdir = remove_workdir   # the scratch folder goes with the kernel
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -75,11 +78,9 @@ class KernelSession:
             self.km.ip = str(self.workdir / "kernel")
             self.km.connection_file = str(self.workdir / "kernel.json")
             self.km.kernel_spec.interrupt_mode = "message"
-        # One thread per kernel: graders run several kernels on few cores, and oversubscribed OpenMP
-        # pools make timings swing by 10x. Student and reference kernels get the same setting, so the
-        # ratios the timing tests use stay fair.
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **self.env,
-               "MPLBACKEND": "Agg", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+        # An allowlist (one thread per kernel included), never a copy of os.environ: the grader's secrets
+        # (GENLAB_DB, cloud keys, CI tokens) stay here.
+        env = kernel_environment(self.workdir, self.env)
         launcher = list(self.launcher)
         if self.cgroup_limits and cgroups.usable():
             self.cgroup = cgroups.Cgroup.create(*self.cgroup_limits)
@@ -111,6 +112,8 @@ class KernelSession:
             self.cgroup.remove()  # kills whatever the student's code left running, then the group
             self.cgroup = None
         self.km = self.kc = None
+        if self.remove_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self):
         self.start()
@@ -143,6 +146,7 @@ class KernelSession:
             elif now > deadline and interrupted:
                 # The cell ignored the interrupt: only killing the kernel stops it.
                 self.dead_reason = f"timeout: stopped after {timeout:.0f} s, and the cell ignored the interrupt"
+                self.dead_of_timeout = True
                 self._kill()
                 run.status, run.error = "timeout", self.dead_reason
                 break
@@ -203,13 +207,13 @@ class KernelSession:
             return f"the kernel died from {name}{hint}"
         return f"the kernel exited (exit code {code})" if code is not None else "the kernel died"
 
-    # -- the request channel used by genlab.testing.proxy -------------------------------------------
+    # -- the request channel used by autograder.remote ----------------------------------------------
     def request(self, header: dict, encoder: wire.Encoder):
         # Unguessable names: a process the student left running cannot prepare an answer in advance.
         path = self.rpc_dir / f"req-{next(self._counter)}-{secrets.token_hex(8)}"
         wire.write_message(path, header, encoder)
         run = self.run_cell(f"__import__('genlab.testing.server', fromlist=['serve']).serve({str(path)!r})",
-                            timeout=self.limits.request_timeout_s, silent=True)
+                            timeout=self.limits.test_timeout_s, silent=True)
         if run.status == "dead":
             raise KernelLost(run.error)
         if run.status == "timeout":

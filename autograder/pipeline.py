@@ -1,114 +1,346 @@
-"""Grading one submission: run the student's cells in their kernel, take every verdict here.
+"""Grading one submission: a short list of named steps over one :class:`Grading` state.
 
-For each cell of the assembled notebook, in order:
-- a student or locked cell runs in the student's kernel (its outputs go to the feedback);
-- a test cell runs *in this process*, with the student's functions bound to proxies into the kernel
-  (:mod:`genlab.testing.proxy`) and the reference loaded from ``solutions/``. Its verdict, and the
-  catalogued bug it matches, become that cell's output in the feedback.
-So a test that ran keeps its result whatever happens later in the notebook.
+Like nbgrader's converters list their preprocessors, :data:`STEPS` lists what happens to a handed-in
+notebook, in order; each step is a small function of the state, testable alone, and a step that concludes
+early (nothing handed in, an unreadable file) sets ``state.result`` and the remaining steps are skipped:
+
+    read -> assemble -> scan -> start kernel -> run cells -> integrity -> stop kernel -> diagnose -> verdict
+
+Test cells run *in this process*, where they stand in the notebook, with the student's functions bound to
+proxies into the kernel (:mod:`autograder.remote`) and the reference loaded from ``solutions/``; student
+cells run in the student's kernel. So a test that ran keeps its result whatever happens later in the
+notebook, and no verdict is ever taken inside the student's process.
+
+By default only what the tests need runs (setup, the student's own cells, cells tagged ``grade-needs``),
+in notebook order; ``Limits.full_run`` runs every cell. When a student's code then misses a name that a
+skipped cell defines, the notebook is graded again in full, with a note (:func:`grade_notebook`).
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
-import json
-import shutil
-import tempfile
+import re
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from typing import Callable
 
 import nbformat
 
-from autograder.assemble import assemble
-from autograder.kernel import KernelSession, Limits
+from autograder.assemble import Assembled, assemble
+from autograder.kernel import KernelLost, KernelSession, RemoteTimeout
+from autograder.labs import LabFolder
+from autograder.limits import Limits
+from autograder.remote import RemoteFunction
+from autograder.results import Result, Status
 from autograder.scan import scan_cells
-from genlab.catalog import bugs_for
+from genlab.catalog import Bug, bugs_for
+from genlab.testing.calls import Recorder
 from genlab.testing.diagnosis import diagnose
-from genlab.testing.notebook import LabNotebook, grade_id, is_test
-from genlab.testing.proxy import KernelLost, Recorder, RemoteFunction, RemoteTimeout
-from genlab.testing.reference import Reference, execute_reference
+from genlab.testing.notebook import LabNotebook, grade_id, is_setup, is_solution, is_test
+from genlab.testing.reference import Reference
+from genlab.testing.runner import Outcome, run_test
 from genlab.testing.wire import Encoder
-from genlab.testing.runner import (ERROR, KILLED, MISSING, PASSED, TAMPERED, TIMEOUT, Outcome, run_test)
+
+GRADE_NEEDS = "grade-needs"   # cell tag: a lab cell the tests depend on (trained state, data)
+MEMORY_ERRORS = ("can't allocate memory", "MemoryError", "CUDA out of memory", "OutOfMemoryError")
 
 
+# -- what is loaded once per lab and worker ---------------------------------------------------------------
 @dataclass
 class Lab:
-    """What the grader knows about one lab: the source (with solutions and hidden tests) and the release."""
+    """One lab as the grader sees it: the source (solutions, hidden tests), the release, the reference."""
 
-    id: str
+    folder: LabFolder
     source: LabNotebook
     release: nbformat.NotebookNode
 
     @classmethod
     def load(cls, root: Path, lab: str) -> "Lab":
-        source = LabNotebook.read(root / "solutions" / lab / f"{lab}.ipynb")
-        release = nbformat.read(str(root / "labs" / lab / f"{lab}.ipynb"), as_version=4)
-        return cls(lab, source, release)
+        folder = LabFolder(Path(root), lab)
+        return cls(folder, LabNotebook.read(folder.source), nbformat.read(str(folder.release), as_version=4))
+
+    @property
+    def id(self) -> str:
+        return self.folder.id
 
     @property
     def tests(self) -> dict[str, dict]:
         return self.source.tests
 
+    @property
+    def points(self) -> dict[str, float]:
+        return {t: spec["points"] for t, spec in self.tests.items()}
 
-@dataclass
-class Result:
-    student: str
-    lab: str
-    outcomes: list[Outcome]
-    points: dict[str, float]
-    notes: list[str] = field(default_factory=list)
-    evidence: list[str] = field(default_factory=list)
-    notebook: nbformat.NotebookNode | None = None
-    seconds: float = 0.0
+    @property
+    def functions(self) -> list[str]:
+        return list(self.source.solutions)
 
-    def score(self, test: str) -> float:
-        outcome = next(o for o in self.outcomes if o.test == test)
-        return self.points[test] if outcome.status == PASSED else 0.0
+    @cached_property
+    def bugs(self) -> list[Bug]:
+        return bugs_for(self.id)
+
+    @cached_property
+    def reference(self) -> Reference:
+        """The reference solution, executed once in this process: hidden tests and diagnosis share it."""
+        return Reference.load(self.source)
+
+    def test_globals(self) -> dict:
+        """The names a test cell may use: the setup cell's (run afresh for each notebook: it seeds the random
+        generators the tests draw from), and ``reference`` bound to the solution loaded once."""
+        names: dict = {"__name__": f"genlab_tests_{self.id}"}
+        with contextlib.redirect_stdout(io.StringIO()):  # the setup cell's banner is for students
+            exec(compile(self.source.setup_source, "<setup>", "exec"), names)
+        names["reference"] = self.reference
+        return names
 
 
 class ReferenceKernel:
     """A kernel holding only the reference solution, for timing side by side (started on first use)."""
 
-    def __init__(self, lab: Lab, workdir: Path, limits: Limits, launcher=None):
-        self.lab, self.workdir, self.limits, self.launcher = lab, workdir, limits, launcher
+    def __init__(self, lab: Lab, start_kernel: Callable[[], KernelSession]):
+        self.lab, self.start_kernel = lab, start_kernel
         self.session: KernelSession | None = None
 
-    def get(self) -> KernelSession:
+    def request(self, header, encoder):
         if self.session is None or not self.session.alive():
-            self.session = KernelSession(self.workdir, self.limits, launcher=self.launcher)
-            self.session.start()
+            self.session = self.start_kernel()
             self.session.run_cell(self.lab.source.setup_source)
             for source in self.lab.source.solutions.values():
                 self.session.run_cell(source)
-        return self.session
+        return self.session.request(header, encoder)
 
     def shutdown(self):
         if self.session is not None:
             self.session.shutdown()
 
 
-class _LazyReferenceSession:
-    """Passes requests to the reference kernel, starting it only if a timing test needs it."""
+# -- the state the steps share ----------------------------------------------------------------------------
+@dataclass
+class Grading:
+    student: str
+    lab: Lab
+    path: Path | None                                  # None: nothing was handed in
+    limits: Limits
+    start_kernel: Callable[[], KernelSession]          # a sandboxed kernel, booted (server installed)
+    reference_kernel: ReferenceKernel
+    full_run: bool = False
+    submitted: nbformat.NotebookNode | None = None
+    assembled: Assembled | None = None
+    evidence: list[str] = field(default_factory=list)
+    session: KernelSession | None = None
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    calls: list = field(default_factory=list)
+    test_cells: dict = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)   # cells not run (not needed by the tests)
+    missing_names: set[str] = field(default_factory=set)  # NameErrors seen in the student's code
+    phases: dict[str, float] = field(default_factory=dict)
+    test_globals: dict = field(default_factory=dict)
+    result: Result | None = None
 
-    def __init__(self, ref: ReferenceKernel):
-        self._ref = ref
+    @property
+    def notes(self) -> list[str]:
+        return self.assembled.notes if self.assembled else []
 
-    def request(self, header, encoder):
-        return self._ref.get().request(header, encoder)
-
-
-def _verdict_output(outcome: Outcome, points: float) -> nbformat.NotebookNode:
-    earned = points if outcome.passed else 0.0
-    lines = [f"[genlab grader] {outcome.test}: {outcome.status.upper()} ({earned:g}/{points:g} points)"]
-    if outcome.message:
-        lines.append(outcome.message)
-    for bug in outcome.diagnosis:
-        lines.append(f"Diagnosis: {bug.id}: {bug.describe()}")
-    return nbformat.v4.new_output("stream", name="stdout" if outcome.passed else "stderr",
-                                  text="\n".join(lines) + "\n")
+    def conclude(self, status: Status, message: str) -> None:
+        self.result = Result.every_test(self.student, self.lab.id, self.lab.points, status, message)
 
 
+# -- the steps ---------------------------------------------------------------------------------------------
+def read(g: Grading) -> None:
+    if g.path is None:
+        g.conclude(Status.MISSING, f"no notebook for {g.lab.id} was handed in: expected {g.lab.id}/{g.lab.id}.ipynb, "
+                                   "and no other notebook in the submission carries this lab's cells")
+        return
+    try:
+        g.submitted = nbformat.read(str(g.path), as_version=4)
+        _check_cells(g.submitted)
+    except Exception as exc:  # noqa: BLE001 - not JSON, not a notebook, unreadable
+        g.conclude(Status.ERROR, f"the notebook could not be read ({exc})"[:500] +
+                   ": open it in JupyterLab, save it, and hand it in again")
+
+
+def assemble_cells(g: Grading) -> None:
+    g.assembled = assemble(g.submitted, g.lab.release)
+
+
+def scan(g: Grading) -> None:
+    """Every cell the student wrote is read for tampering, whether or not it is run."""
+    g.evidence += scan_cells(g.assembled.student_cells)
+
+
+def start_kernel(g: Grading) -> None:
+    g.session = g.start_kernel()
+
+
+def run_cells(g: Grading) -> None:
+    """Each code cell in order: student and needed cells in the kernel, test cells here, the rest skipped."""
+    g.test_globals = g.lab.test_globals()
+    for index, cell in enumerate(g.assembled.nb.cells):
+        if cell.cell_type != "code":
+            continue
+        if is_test(cell):
+            if grade_id(cell) in g.lab.tests:
+                run_one_test(g, grade_id(cell), cell)
+        elif g.full_run or needed(cell):
+            run_student_cell(g, index, cell)
+        else:
+            g.skipped.append(grade_id(cell) or f"cell {index}")
+
+
+def needed(cell) -> bool:
+    """A cell the tests may depend on: setup, a solution, one the student added, or tagged grade-needs."""
+    return is_setup(cell) or is_solution(cell) or grade_id(cell) is None or \
+        GRADE_NEEDS in cell.get("metadata", {}).get("tags", [])
+
+
+def run_student_cell(g: Grading, index: int, cell) -> None:
+    session = g.session
+    if not session.alive():
+        cell.outputs = [_grader_note(f"not run: {session.dead_reason}")]
+        return
+    run = session.run_cell(cell.source)
+    cell.outputs = run.outputs
+    where = f"cell {index} ({grade_id(cell) or 'a cell you added'})"
+    if run.status == "error":
+        g.missing_names |= set(re.findall(r"NameError: name '(\w+)' is not defined", run.error))
+        if any(m in run.error for m in MEMORY_ERRORS):
+            g.notes.append(f"{where} ran out of memory: the limit is {g.limits.memory_gib:g} GiB per kernel; "
+                           "later tests may fail because of it")
+    if run.status in ("timeout", "dead") and session.dead_reason:
+        # The kernel is gone (killed, crashed, or stopped for ignoring the interrupt): say where.
+        message = session.dead_reason = f"{session.dead_reason} in {where}"
+    elif run.status == "timeout":
+        # Interrupted and still alive: only this cell's work is lost; later tests still run.
+        message = f"{where} was stopped: {run.error}"
+        g.notes.append(message)
+    if run.status in ("timeout", "dead"):
+        cell.outputs.append(_grader_note(message))
+
+
+def run_one_test(g: Grading, test: str, cell) -> None:
+    g.test_cells[test] = cell
+    session = g.session
+    if not session.alive():
+        g.outcomes[test] = Outcome(test, _dead_status(session), f"not run: {session.dead_reason}")
+        return
+    # Checked before each test too, so a patch undone before the notebook ends is still seen.
+    _add_evidence(g, _integrity(session))
+    recorder = Recorder()
+    namespace = dict(g.test_globals)
+    namespace.update({f: RemoteFunction(session, f, recorder, g.reference_kernel) for f in g.lab.functions})
+    start = time.perf_counter()
+    try:
+        outcome = run_test(test, g.lab.tests[test]["source"], namespace, passthrough=(KernelLost, RemoteTimeout))
+    except RemoteTimeout as exc:
+        outcome = Outcome(test, Status.TIMEOUT, str(exc), time.perf_counter() - start)
+    except KernelLost as exc:
+        outcome = Outcome(test, Status.KILLED, str(exc), time.perf_counter() - start)
+    outcome.status = Status(outcome.status)
+    if outcome.status == Status.ERROR:
+        g.missing_names |= set(re.findall(r"NameError: name '(\w+)' is not defined", outcome.message))
+    g.calls.extend(recorder.calls)
+    _add_evidence(g, recorder.evidence)
+    g.outcomes[test] = outcome
+
+
+def integrity(g: Grading) -> None:
+    if g.session is not None and g.session.alive():
+        _add_evidence(g, _integrity(g.session))
+
+
+def stop_kernel(g: Grading) -> None:
+    if g.session is not None:
+        g.session.shutdown()
+
+
+def diagnose_failures(g: Grading) -> None:
+    """Every call made to a function, from all of its tests, must agree with a bug before it is named
+    (one test's calls alone can fit two bugs by coincidence), so this runs after all tests."""
+    for test, outcome in g.outcomes.items():
+        if outcome.status != Status.PASSED:
+            function = g.lab.tests[test]["function"]
+            outcome.diagnosis = diagnose(g.lab.bugs, [c for c in g.calls if c.name == function], g.lab.reference)
+
+
+def verdict(g: Grading) -> None:
+    points = g.lab.points
+    for test, cell in g.test_cells.items():
+        cell.outputs = [_verdict_output(g.outcomes[test], points[test])]
+    if g.skipped:
+        g.notes.append(f"to grade faster, {len(g.skipped)} cells of the lab's own (demonstrations, plots, "
+                       f"widgets) did not run: {', '.join(g.skipped)}; setup, your solution cells, the cells you "
+                       "added and the cells the tests need did")
+    final = []
+    for test in g.lab.tests:
+        outcome = g.outcomes.get(test) or Outcome(
+            test, _dead_status(g.session) if g.session and g.session.dead_reason else Status.ERROR,
+            f"not run: {(g.session and g.session.dead_reason) or 'the test cell was not reached'}")
+        if g.evidence:
+            outcome = Outcome(test, Status.TAMPERED, "the notebook interferes with the grader: " +
+                              "; ".join(g.evidence[:5]), outcome.seconds, outcome.diagnosis)
+        final.append(outcome)
+    g.result = Result(g.student, g.lab.id, final, points, g.notes, g.evidence, g.assembled.nb)
+
+
+STEPS: list[Callable[[Grading], None]] = [read, assemble_cells, scan, start_kernel, run_cells, integrity,
+                                           stop_kernel, diagnose_failures, verdict]
+
+
+def run_steps(g: Grading) -> Result:
+    try:
+        for step in STEPS:
+            start = time.perf_counter()
+            step(g)
+            g.phases[step.__name__] = time.perf_counter() - start
+            if g.result is not None:
+                break
+    finally:
+        stop_kernel(g)
+    g.result.phases = g.phases
+    return g.result
+
+
+def grade_notebook(student: str, lab: Lab, path: Path | None, *, limits: Limits,
+                   start_kernel: Callable[[], KernelSession], reference_kernel: ReferenceKernel) -> Result:
+    start = time.monotonic()
+    g = Grading(student, lab, path, limits, start_kernel, reference_kernel, full_run=limits.full_run)
+    result = run_steps(g)
+    rerun = g.missing_names & defined_by(g.assembled.nb, g.skipped) if g.skipped and g.assembled else set()
+    if rerun:
+        # The student's code reads a global that one of the lab's skipped cells defines: never fail a student
+        # for the shortcut; grade again with every cell run.
+        g = Grading(student, lab, path, limits, start_kernel, reference_kernel, full_run=True)
+        result = run_steps(g)
+        result.notes.append(f"your code uses {', '.join(sorted(rerun))}, defined by a cell of the lab that the "
+                            "grader skips by default, so the whole notebook was run")
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def defined_by(nb, cell_ids: list[str]) -> set[str]:
+    """The global names that the given cells (by grade_id or "cell N") assign, define or import."""
+    names: set[str] = set()
+    for index, cell in enumerate(nb.cells):
+        if (grade_id(cell) or f"cell {index}") not in cell_ids:
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+# -- helpers ------------------------------------------------------------------------------------------------
 def _check_cells(nb) -> None:
     """The little structure the grader relies on; nbformat itself accepts much stranger files."""
     if not isinstance(nb.get("cells"), list):
@@ -121,113 +353,12 @@ def _check_cells(nb) -> None:
             raise ValueError(f"cell {i} has malformed metadata")
 
 
-def all_outcomes(lab: Lab, status: str, message: str) -> list[Outcome]:
-    return [Outcome(test, status, message) for test in lab.tests]
+def _dead_status(session: KernelSession) -> Status:
+    return Status.TIMEOUT if session.dead_of_timeout else Status.KILLED
 
 
-def grade_notebook(student: str, lab: Lab, path: Path, *, workdir: Path, limits: Limits,
-                   reference: Reference, reference_kernel: ReferenceKernel, launcher=None,
-                   cgroup_limits: tuple[int, int] | None = None) -> Result:
-    points = {t: spec["points"] for t, spec in lab.tests.items()}
-    start = time.monotonic()
-    if not path.exists():
-        return Result(student, lab.id, all_outcomes(lab, MISSING, (
-            f"no notebook for {lab.id} was handed in: expected {lab.id}/{lab.id}.ipynb, and no other notebook "
-            "in the submission carries this lab's cells")), points)
-    try:
-        submitted = nbformat.read(str(path), as_version=4)
-        _check_cells(submitted)
-    except Exception as exc:  # noqa: BLE001 - not JSON, not a notebook, unreadable
-        return Result(student, lab.id, all_outcomes(
-            lab, ERROR, f"the notebook could not be read ({exc})"[:500] + ": open it in JupyterLab, save it, and "
-                        "hand it in again"), points)
-
-    assembled = assemble(submitted, lab.release)
-    evidence = scan_cells(assembled.student_cells)
-    tests = lab.tests
-    functions = list(lab.source.solutions)
-    bugs = bugs_for(lab.id)
-    outcomes: dict[str, Outcome] = {}
-    all_calls: list = []
-    test_cells: dict = {}
-
-    test_globals: dict = {"__name__": f"genlab_tests_{lab.id}"}
-    with contextlib.redirect_stdout(io.StringIO()):  # the setup cell's banner is for students
-        exec(compile(lab.source.setup_source, "<setup>", "exec"), test_globals)
-    ref_session = _LazyReferenceSession(reference_kernel)
-
-    session = KernelSession(workdir, limits, launcher=launcher, cgroup_limits=cgroup_limits)
-    try:
-        session.start()
-        boot = session.run_cell("import genlab.testing.server as _genlab_server; _genlab_server.install()",
-                                silent=True)
-        if boot.status != "ok":
-            raise RuntimeError(f"could not prepare the kernel: {boot.error}")
-        for index, cell in enumerate(assembled.nb.cells):
-            if cell.cell_type != "code":
-                continue
-            if is_test(cell):
-                test = grade_id(cell)
-                if test not in tests:
-                    continue
-                if not session.alive():
-                    outcomes[test] = Outcome(test, KILLED if "timeout" not in session.dead_reason else TIMEOUT,
-                                             f"not run: {session.dead_reason}")
-                else:
-                    # Checked before each test too, so a patch undone before the notebook ends is still seen.
-                    evidence += [e for e in _integrity(session) if e not in evidence]
-                    recorder = Recorder()
-                    namespace = dict(test_globals)
-                    namespace.update({f: RemoteFunction(session, f, recorder, ref_session) for f in functions})
-                    outcome = run_test(test, tests[test]["source"], namespace, recorder)
-                    all_calls.extend(recorder.calls)
-                    evidence += recorder.evidence
-                    outcomes[test] = outcome
-                test_cells[test] = cell
-                continue
-            if not session.alive():
-                cell.outputs = [nbformat.v4.new_output("stream", name="stderr",
-                                                       text=f"[genlab grader] not run: {session.dead_reason}\n")]
-                continue
-            run = session.run_cell(cell.source)
-            cell.outputs = run.outputs
-            where = f"cell {index} ({grade_id(cell) or 'a cell you added'})"
-            if run.status == "error" and any(m in run.error for m in MEMORY_ERRORS):
-                assembled.notes.append(f"{where} ran out of memory: the limit is "
-                                       f"{limits_note(cgroup_limits, launcher)}; later tests may fail because of it")
-            if run.status in ("timeout", "dead") and session.dead_reason:
-                # The kernel is gone (killed, crashed, or stopped for ignoring the interrupt): say where.
-                msg = session.dead_reason = f"{session.dead_reason} in {where}"
-            elif run.status == "timeout":
-                # Interrupted and still alive: only this cell's work is lost; later tests still run.
-                msg = f"{where} was stopped: {run.error}"
-                assembled.notes.append(msg)
-            if run.status in ("timeout", "dead"):
-                cell.outputs.append(nbformat.v4.new_output("stream", name="stderr",
-                                                           text=f"[genlab grader] {msg}\n"))
-        if session.alive():
-            evidence += [e for e in _integrity(session) if e not in evidence]
-    finally:
-        session.shutdown()
-
-    # Diagnose after all tests ran: every call made to a function, from all of its tests, must agree
-    # with a bug before the bug is named (one test's calls alone can fit two bugs by coincidence).
-    for test, outcome in outcomes.items():
-        if outcome.status != PASSED:
-            function = tests[test]["function"]
-            outcome.diagnosis = diagnose(bugs, [c for c in all_calls if c.name == function], reference)
-    for test, cell in test_cells.items():
-        cell.outputs = [_verdict_output(outcomes[test], points[test])]
-    final = []
-    for test in tests:
-        outcome = outcomes.get(test) or Outcome(test, KILLED if session.dead_reason else ERROR,
-                                                f"not run: {session.dead_reason or 'the test cell was not reached'}")
-        if evidence and outcome.status != MISSING:
-            outcome = Outcome(test, TAMPERED, "the notebook interferes with the grader: " + "; ".join(evidence[:5]),
-                              outcome.seconds, outcome.diagnosis)
-        final.append(outcome)
-    return Result(student, lab.id, final, points, assembled.notes, evidence, assembled.nb,
-                  time.monotonic() - start)
+def _add_evidence(g: Grading, lines: list[str]) -> None:
+    g.evidence += [e for e in lines if e not in g.evidence]
 
 
 def _integrity(session: KernelSession) -> list[str]:
@@ -241,41 +372,16 @@ def _integrity(session: KernelSession) -> list[str]:
     return []
 
 
-MEMORY_ERRORS = ("can't allocate memory", "MemoryError", "CUDA out of memory", "OutOfMemoryError")
+def _grader_note(text: str):
+    return nbformat.v4.new_output("stream", name="stderr", text=f"[genlab grader] {text}\n")
 
 
-def limits_note(cgroup_limits, launcher) -> str:
-    from autograder import cgroups
-
-    if cgroup_limits and cgroups.usable():
-        return f"{cgroup_limits[0] / 2**30:g} GiB of memory per kernel"
-    for arg in launcher or []:
-        if arg.startswith("--as="):
-            return f"{int(arg[5:]) / 2**30:g} GiB of address space per kernel"
-    return "the machine's memory"
-
-
-def load_lab_reference(lab: Lab) -> Reference:
-    return Reference(execute_reference(lab.source), lab.source.solutions)
-
-
-def scratch_dir(base: Path | None, student: str) -> Path:
-    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in student)[:20]
-    path = Path(tempfile.mkdtemp(prefix=f"{safe}-", dir=base))
-    return path
-
-
-def remove(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def result_json(result: Result) -> dict:
-    return {"student": result.student, "lab": result.lab, "seconds": round(result.seconds, 2),
-            "notes": result.notes, "evidence": result.evidence,
-            "tests": [{"test": o.test, "status": o.status, "score": result.score(o.test),
-                       "max_score": result.points[o.test], "message": o.message,
-                       "diagnosis": [b.id for b in o.diagnosis]} for o in result.outcomes]}
-
-
-def dumps(results: list[Result]) -> str:
-    return json.dumps([result_json(r) for r in results], indent=2)
+def _verdict_output(outcome: Outcome, points: float) -> nbformat.NotebookNode:
+    earned = points if outcome.passed else 0.0
+    lines = [f"[genlab grader] {outcome.test}: {str(outcome.status).upper()} ({earned:g}/{points:g} points)"]
+    if outcome.message:
+        lines.append(outcome.message)
+    for bug in outcome.diagnosis:
+        lines.append(f"Diagnosis: {bug.id}: {bug.describe()}")
+    return nbformat.v4.new_output("stream", name="stdout" if outcome.passed else "stderr",
+                                  text="\n".join(lines) + "\n")

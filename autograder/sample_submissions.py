@@ -1,29 +1,74 @@
-"""Sample submissions, generated from the released notebook and the per-lab definitions beside this file."""
+"""Sample submissions, generated from each lab's ``solutions/<lab>/samples.py`` and its released notebook.
+
+A sample is a student folder under ``autograder/samples/<name>/<lab>/``; its spec names the solution cells
+it replaces (by grade_id) and how else the handed-in file differs from a clean copy of the release:
+
+- ``cells``: grade_id -> source; ``after``: grade_id -> source of a cell added after that one;
+  ``edit``: locked cells edited; ``delete``; ``duplicate``; ``swap``; ``metadata``: nbgrader metadata forged;
+  ``add``: (source, nbgrader metadata) cells appended;
+- ``path`` (handed in under another name), ``link`` (a symlink), ``raw`` (bytes that are not a notebook),
+  ``missing`` (an empty folder);
+- ``expect``: what the grader must conclude (``tests/test_grading.py`` reads it): ``full``; ``bug`` and
+  ``function``; ``tampered``; ``failed_tests``; ``status`` / ``message`` per test; ``status_all``; ``notes``...
+
+Labs are discovered (:mod:`autograder.labs`), so a new lab folder's samples are generated with no other edit.
+"""
 from __future__ import annotations
 
 import copy
-import importlib
+import inspect
+import re
+import textwrap
 from pathlib import Path
 
 import nbformat
 
-from genlab.testing.notebook import grade_id, is_solution
+from autograder.labs import LabFolder, discover
+from genlab.testing.notebook import LabNotebook, grade_id, is_solution
 
+ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).parent / "samples"
-LABS = ["lab1_vae", "lab2_diffusion", "lab3_attention"]
+BUILD_KEYS = {"cells", "after", "edit", "delete", "duplicate", "swap", "metadata", "add", "path", "link", "raw",
+              "missing", "expect"}
 
 
-def reference_sources(root: Path, lab: str) -> dict[str, str]:
+def bug_cell(lab: str, bug_id: str) -> str:
+    """A student's solution cell whose body is the catalogued bug, written as a student would write it.
+
+    The catalogue keeps each bug as a function named after the bug; the cell renames it to the student
+    function it replaces and defines first the catalogue's private helpers (``_kl``) that the body uses.
+    """
+    import genlab.catalog
+
+    entry = genlab.catalog.bug(lab, bug_id)
+    impl = entry.impl
+    module = inspect.getmodule(impl)
+    source = textwrap.dedent(inspect.getsource(impl))
+    source = re.sub(rf"^def {impl.__name__}\(", f"def {entry.function}(", source, count=1, flags=re.M)
+    helpers = []
+    for name in impl.__code__.co_names:
+        value = getattr(module, name, None)
+        if not name.startswith("_") or value is None:
+            continue
+        if inspect.isfunction(value):
+            helpers.append(textwrap.dedent(inspect.getsource(value)))
+        elif isinstance(value, re.Pattern):
+            helpers.append(f"{name} = re.compile({value.pattern!r})\n")
+    return "\n".join(helpers + [source])
+
+
+def reference_sources(lab: LabFolder) -> dict[str, str]:
     """The reference solution cells, as a student with the right answer would submit them."""
-    from genlab.testing.notebook import LabNotebook
-
-    src = LabNotebook.read(root / "solutions" / lab / f"{lab}.ipynb").solutions
+    src = LabNotebook.read(lab.source).solutions
     return {k: "\n".join(l for l in v.splitlines() if "### " not in l) + "\n" for k, v in src.items()}
 
 
-def build(root: Path, lab: str, name: str, spec: dict) -> nbformat.NotebookNode:
-    release = nbformat.read(str(root / "labs" / lab / f"{lab}.ipynb"), as_version=4)
-    cells = {**reference_sources(root, lab), **spec.get("cells", {})}
+def build(lab: LabFolder, spec: dict) -> nbformat.NotebookNode:
+    unknown = set(spec) - BUILD_KEYS
+    if unknown:
+        raise ValueError(f"{lab.id} sample: unknown keys {sorted(unknown)}; known: {sorted(BUILD_KEYS)}")
+    release = nbformat.read(str(lab.release), as_version=4)
+    cells = {**reference_sources(lab), **spec.get("cells", {})}
     nb = copy.deepcopy(release)
     out = []
     for cell in nb.cells:
@@ -52,14 +97,14 @@ def build(root: Path, lab: str, name: str, spec: dict) -> nbformat.NotebookNode:
     return nb
 
 
-def write(root: Path, lab: str, name: str, spec: dict, out: Path) -> Path | None:
+def write(lab: LabFolder, name: str, spec: dict, out: Path) -> Path | None:
     """Writes one sample where a student would have put it; returns the notebook's path (None if absent)."""
-    folder = out / name / lab
+    folder = out / name / lab.id
     folder.mkdir(parents=True, exist_ok=True)
     if spec.get("missing"):
         (folder / ".keep").write_text("the student handed in an empty folder\n")
         return None
-    path = out / name / spec["path"] if "path" in spec else folder / f"{lab}.ipynb"
+    path = out / name / spec["path"] if "path" in spec else folder / f"{lab.id}.ipynb"
     if "path" in spec:
         folder.rmdir()
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -70,20 +115,15 @@ def write(root: Path, lab: str, name: str, spec: dict, out: Path) -> Path | None
     elif "raw" in spec:
         path.write_text(spec["raw"])
     else:
-        nbformat.write(build(root, lab, name, spec), str(path))
+        nbformat.write(build(lab, spec), str(path))
     return path
 
 
-def generate(root: Path, out: Path | None = None) -> list[Path]:
+def generate(root: Path = ROOT, out: Path | None = None) -> list[Path | None]:
     out = out or HERE
-    written = []
-    for lab in LABS:
-        module = importlib.import_module(f"autograder.sample_defs.{lab}")
-        for name, spec in module.SAMPLES.items():
-            written.append(write(root, lab, name, spec, out))
-    return written
+    return [write(lab, name, spec, out) for lab in discover(root) for name, spec in lab.samples.items()]
 
 
 if __name__ == "__main__":
-    for p in generate(HERE.parent.parent):
+    for p in generate():
         print(p or "(no notebook)")

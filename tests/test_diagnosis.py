@@ -5,7 +5,7 @@ import torch
 
 from genlab.catalog import bug
 from genlab.testing.diagnosis import diagnose, matches
-from genlab.testing.proxy import Call
+from genlab.testing.calls import Call
 
 LAB = "lab2_diffusion"
 

@@ -36,7 +36,7 @@ class Outcome:
 
 @dataclass
 class Result:
-    """What record() reads from autograder.pipeline.Result: each test earns ``fraction`` of its points."""
+    """What record() reads from autograder.results.Result: each test earns ``fraction`` of its points."""
     student: str
     fraction: float = 1.0
     lab: str = LAB

@@ -16,17 +16,16 @@ from pathlib import Path
 
 import pytest
 
-import importlib
-
 from autograder import cgroups
-from autograder.sample_submissions import LABS
+from autograder.labs import discover
 from genlab.testing.notebook import LabNotebook
 
 ROOT = Path(__file__).resolve().parents[1]
 LAB = "lab1_vae"
-TESTS = {lab: LabNotebook.read(ROOT / "solutions" / lab / f"{lab}.ipynb").tests for lab in LABS}
-DEFS = {lab: importlib.import_module(f"autograder.sample_defs.{lab}") for lab in LABS}
-CASES = [(lab, name, expect) for lab in LABS for name, expect in DEFS[lab].EXPECT.items()]
+LABS = {lab.id: lab for lab in discover(ROOT)}
+TESTS = {lab: LabNotebook.read(folder.source).tests for lab, folder in LABS.items()}
+EXPECT = {lab: {name: spec["expect"] for name, spec in folder.samples.items()} for lab, folder in LABS.items()}
+CASES = [(lab, name, expect) for lab in LABS for name, expect in EXPECT[lab].items()]
 
 
 def cases(predicate):
@@ -43,7 +42,7 @@ def _fingerprint(folder: Path) -> dict[str, bytes]:
 def graded(tmp_path_factory):
     out = tmp_path_factory.mktemp("graded")
     before = _fingerprint(ROOT / "autograder" / "samples"), _fingerprint(ROOT / "solutions")
-    cmd = [sys.executable, "-m", "genlab.cli", "--root", str(ROOT), "grade", str(ROOT / "autograder" / "samples"),
+    cmd = [sys.executable, "-m", "autograder.cli", "--root", str(ROOT), "grade", str(ROOT / "autograder" / "samples"),
            "--out", str(out), "--workers", "2", "--cell-timeout", "60", "--test-timeout", "20", "--quiet"]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -79,13 +78,13 @@ def test_correct_code_gets_full_marks(graded, lab, sample):
 def test_each_catalogued_bug_loses_marks_and_is_named(graded, lab, sample):
     _, all_rows, _, _, _ = graded
     rows = {sample: all_rows[sample, lab]}
-    expect = DEFS[lab].EXPECT[sample]
+    expect = EXPECT[lab][sample]
     own = {t: r for t, r in rows[sample].items() if TESTS[lab][t]["function"] == expect["function"]}
     lost = [t for t, r in own.items() if float(r["score"]) < float(r["max_score"])]
     assert lost, f"{sample}: no test of {expect['function']} failed"
     named = {d for t in lost for d in own[t]["diagnosis"].split(";") if d}
     assert named == {expect["bug"]}, f"{sample}: diagnosed {named}, expected {expect['bug']}"
-    depends = getattr(DEFS[lab], "DEPENDS", {})
+    depends = LABS[lab].depends
     others = {t: r for t, r in rows[sample].items() if t not in own
               and expect["function"] not in depends.get(TESTS[lab][t]["function"], [])}
     assert all(r["status"] == "passed" for r in others.values()), "other functions' tests must not suffer"
@@ -103,7 +102,7 @@ def test_attacks_earn_nothing_and_are_reported(graded, lab, sample):
 def test_attacks_on_values_earn_nothing(graded, lab, sample):
     """Rigged objects, printed "PASSED" lines, solutions read from disk: the value tests still fail."""
     _, rows, results, _, _ = graded
-    for test in DEFS[lab].EXPECT[sample]["failed_tests"]:
+    for test in EXPECT[lab][sample]["failed_tests"]:
         row = rows[sample, lab][test]
         assert float(row["score"]) == 0 and row["status"] != "passed", results[sample, lab]["tests"]
 
@@ -111,7 +110,7 @@ def test_attacks_on_values_earn_nothing(graded, lab, sample):
 @pytest.mark.parametrize("lab,sample", cases(lambda e: "status" in e))
 def test_faults_cost_only_the_affected_tests(graded, lab, sample):
     _, rows, results, _, _ = graded
-    expect = DEFS[lab].EXPECT[sample]
+    expect = EXPECT[lab][sample]
     if expect.get("needs_cgroups") and not cgroups.usable():
         pytest.skip(f"per-kernel cgroups are not available here: {cgroups.available()}")
     for test, status in expect["status"].items():
@@ -124,7 +123,7 @@ def test_faults_cost_only_the_affected_tests(graded, lab, sample):
 @pytest.mark.parametrize("lab,sample", cases(lambda e: "status_all" in e))
 def test_unreadable_or_missing_notebooks_keep_every_row(graded, lab, sample):
     _, rows, results, _, _ = graded
-    assert {r["status"] for r in rows[sample, lab].values()} == {DEFS[lab].EXPECT[sample]["status_all"]}
+    assert {r["status"] for r in rows[sample, lab].values()} == {EXPECT[lab][sample]["status_all"]}
     assert all(float(r["score"]) == 0 for r in rows[sample, lab].values())
     assert all(t["message"] for t in results[sample, lab]["tests"]), "each row must say why"
     page = unescape(re.sub(r"<[^>]+>", "", (graded[0] / "feedback" / sample / lab / f"{lab}.html").read_text()))
@@ -133,7 +132,7 @@ def test_unreadable_or_missing_notebooks_keep_every_row(graded, lab, sample):
 
 @pytest.mark.parametrize("lab,sample", cases(lambda e: "no_process" in e))
 def test_processes_left_running_are_killed(graded, lab, sample):
-    marker = DEFS[lab].EXPECT[sample]["no_process"]
+    marker = EXPECT[lab][sample]["no_process"]
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert marker not in ps, "a process the student started outlived the grading"
 
@@ -143,7 +142,7 @@ def test_output_floods_are_capped(graded, lab, sample):
     out, rows, _, _, _ = graded
     graded_nb = out / "autograded" / sample / lab / f"{lab}.ipynb"
     feedback = out / "feedback" / sample / lab / f"{lab}.html"
-    limit = DEFS[lab].EXPECT[sample]["max_notebook_bytes"]
+    limit = EXPECT[lab][sample]["max_notebook_bytes"]
     assert graded_nb.stat().st_size < limit and feedback.stat().st_size < limit + 1_000_000
     assert "bytes of output dropped" in graded_nb.read_text()
 
@@ -152,7 +151,7 @@ def test_output_floods_are_capped(graded, lab, sample):
 def test_repairs_are_reported(graded, lab, sample):
     _, _, results, _, _ = graded
     notes = " ".join(results[sample, lab]["notes"])
-    for word in DEFS[lab].EXPECT[sample]["notes"]:
+    for word in EXPECT[lab][sample]["notes"]:
         assert word in notes
 
 

@@ -1,7 +1,6 @@
 """One source of truth: labs/ and the sample submissions are generated, and must not drift."""
 from __future__ import annotations
 
-import importlib
 import os
 import re
 from pathlib import Path
@@ -9,8 +8,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.release import lab_ids, release
-from autograder.sample_submissions import HERE as SAMPLES, LABS as LAB_SAMPLES, write
+from autograder.labs import discover, lab_ids
+from autograder.release import release
+from autograder.sample_submissions import HERE as SAMPLES, write
 from genlab.testing.notebook import LabNotebook, function_of, is_solution, is_test
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,14 +53,13 @@ def test_grading_conventions(lab):
     assert {spec["function"] for spec in nb.tests.values()} == set(functions), "a function has no test"
 
 
-@pytest.mark.parametrize("lab", LAB_SAMPLES)
+@pytest.mark.parametrize("lab", discover(ROOT), ids=lambda lab: lab.id)
 def test_samples_match_their_definitions(lab, tmp_path):
     """The committed sample tree is exactly what the definitions generate (run `make samples` after edits)."""
-    module = importlib.import_module(f"autograder.sample_defs.{lab}")
-    for name, spec in module.SAMPLES.items():
-        fresh = write(ROOT, lab, name, spec, tmp_path)
+    for name, spec in lab.samples.items():
+        fresh = write(lab, name, spec, tmp_path)
         if fresh is None:
-            assert not (SAMPLES / name / lab / f"{lab}.ipynb").exists()
+            assert not (SAMPLES / name / lab.id / f"{lab.id}.ipynb").exists()
             continue
         committed = SAMPLES / fresh.relative_to(tmp_path)
         if "link" in spec:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from autograder import sandbox
-from autograder.kernel import KernelSession, Limits
+from autograder.kernel import KernelSession
+from autograder.limits import Limits
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_bwrap = pytest.mark.skipif(bool(sandbox.probe()), reason=f"no sandbox here: {sandbox.probe()}")
@@ -77,6 +78,6 @@ def test_refuses_without_sandbox_unless_unsafe(monkeypatch):
 
 def test_cli_exits_2_with_the_reason_when_no_sandbox(tmp_path):
     env = {**os.environ, "PATH": str(Path(sys.executable).parent)}  # no bwrap on this PATH
-    run = subprocess.run([sys.executable, "-m", "genlab.cli", "--root", str(ROOT), "grade", str(tmp_path),
+    run = subprocess.run([sys.executable, "-m", "autograder.cli", "--root", str(ROOT), "grade", str(tmp_path),
                           "--out", str(tmp_path / "out")], capture_output=True, text=True, env=env, timeout=120)
     assert run.returncode == 2 and "refusing to grade without a sandbox" in run.stderr

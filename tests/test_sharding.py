@@ -32,7 +32,7 @@ def test_shard_argument_is_checked():
 
 
 def _grade(subs: Path, out: Path, *extra) -> dict:
-    run = subprocess.run([sys.executable, "-m", "genlab.cli", "--root", str(ROOT), "grade", str(subs), "--out",
+    run = subprocess.run([sys.executable, "-m", "autograder.cli", "--root", str(ROOT), "grade", str(subs), "--out",
                           str(out), "--cell-timeout", "30", "--lab", "lab1_vae", *extra],
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-2000:]
@@ -71,7 +71,7 @@ def test_two_shards_fill_one_postgres_gradebook(two_students, tmp_path):
         conn.execute(f"DROP DATABASE IF EXISTS {name}")
         conn.execute(f"CREATE DATABASE {name}")
     url = base.rsplit("/", 1)[0] + "/" + name
-    procs = [subprocess.Popen([sys.executable, "-m", "genlab.cli", "--root", str(ROOT), "grade", str(two_students),
+    procs = [subprocess.Popen([sys.executable, "-m", "autograder.cli", "--root", str(ROOT), "grade", str(two_students),
                                "--out", str(tmp_path / f"shard{i}"), "--lab", "lab1_vae", "--db", url,
                                "--shard", f"{i}/2", "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
              for i in range(2)]

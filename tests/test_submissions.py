@@ -6,10 +6,10 @@ import os
 import nbformat
 
 from autograder.assemble import assemble
-from autograder.kernel import Limits
+from autograder.limits import Limits
 from autograder.submissions import locate, refusal
 
-MAX = Limits.max_notebook_bytes
+MAX = Limits().max_notebook_bytes
 
 LAB = "lab1_vae"
 

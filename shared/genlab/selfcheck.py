@@ -12,7 +12,7 @@ from pathlib import Path
 from genlab.catalog import bugs_for
 from genlab.testing.diagnosis import diagnose
 from genlab.testing.notebook import LabNotebook, function_of
-from genlab.testing.proxy import LocalFunction, Recorder
+from genlab.testing.calls import LocalFunction, Recorder
 from genlab.testing.reference import find_course_root
 from genlab.testing.runner import run_test
 
@@ -56,7 +56,7 @@ def self_check(function: str, lab: str | None, namespace: dict | None = None, no
         recorder = Recorder()
         test_ns = dict(setup_ns)
         test_ns.update({f: LocalFunction(namespace[f], f, recorder) for f in functions})
-        outcome = run_test(test_id, spec["source"], test_ns, recorder)
+        outcome = run_test(test_id, spec["source"], test_ns)
         if not outcome.passed:
             try:
                 from genlab.testing import load_reference
@@ -88,3 +88,26 @@ def _diagnose_alone(lab: str, recorder: Recorder):
         if deterministic and all(same(student_outcome(c), replay(bug.impl, c)) for c in deterministic):
             found.append(bug)
     return found
+
+
+def check_notebook(path: Path) -> int:
+    """``genlab check NOTEBOOK``: runs the notebook, then the visible tests of each of its functions."""
+    import tempfile
+
+    import nbformat
+    from jupyter_client.manager import KernelManager
+    from nbclient import NotebookClient
+
+    path = Path(path).resolve()
+    nb = nbformat.read(str(path), as_version=4)
+    functions = list(LabNotebook(path, nb).solutions)
+    nb.cells.append(nbformat.v4.new_code_cell(
+        "import genlab\n" + "\n".join(f"genlab.check({f!r}, {path.stem!r})" for f in functions)))
+    # Over Unix sockets, not TCP: nothing listens on the network, and ipykernel has no encryption warning to give.
+    sockets = Path(tempfile.mkdtemp(prefix="genlab-check-"))  # short: a socket path is limited to 107 bytes
+    kernel = KernelManager(kernel_name="python3", transport="ipc", ip=str(sockets / "kernel"))
+    NotebookClient(nb, km=kernel, timeout=600, allow_errors=True,
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    for output in nb.cells[-1].outputs:
+        print(output.get("text", ""), end="")
+    return 0

@@ -15,7 +15,7 @@ import torch
 
 from genlab.catalog import Bug
 from genlab.checks.values import DEFAULT_TOLERANCES, tolerances
-from genlab.testing.proxy import Call
+from genlab.testing.calls import Call
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 

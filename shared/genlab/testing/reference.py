@@ -43,6 +43,11 @@ class Reference:
     def __dir__(self):
         return list(self._names)
 
+    @classmethod
+    def load(cls, nb: LabNotebook) -> "Reference":
+        """The one loader of a reference: the notebook's setup and solution cells, executed here."""
+        return cls(execute_reference(nb), nb.solutions)
+
 
 def execute_reference(nb: LabNotebook) -> dict:
     """Runs the setup cell and every solution cell (solutions intact) in a fresh namespace."""
@@ -56,5 +61,4 @@ def execute_reference(nb: LabNotebook) -> dict:
 
 @lru_cache(maxsize=None)
 def load_reference(lab: str, root: str | None = None) -> Reference:
-    nb = LabNotebook.read(solution_path(lab, Path(root) if root else None))
-    return Reference(execute_reference(nb), nb.solutions)
+    return Reference.load(LabNotebook.read(solution_path(lab, Path(root) if root else None)))

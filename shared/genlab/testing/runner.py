@@ -1,7 +1,8 @@
 """Running one test cell's code and turning what happened into a verdict.
 
-The same runner serves the grader (student functions are :class:`RemoteFunction` s, this process is
-trusted) and a student's self-check (functions are :class:`LocalFunction` s in the student's kernel).
+The same runner serves a student's self-check (functions are :class:`~genlab.testing.calls.LocalFunction` s
+in the student's kernel) and the grader, whose trusted process binds the student's functions to proxies
+into the kernel and adds its own statuses (timeout, killed, tampered, missing: ``autograder.results``).
 """
 from __future__ import annotations
 
@@ -11,10 +12,9 @@ import traceback
 from dataclasses import dataclass, field
 
 from genlab.checks import CheckFailed
-from genlab.testing.proxy import KernelLost, Recorder, RemoteTimeout, StudentError
+from genlab.testing.wire import StudentError
 
-PASSED, FAILED, ERROR, TIMEOUT, KILLED, TAMPERED, MISSING = (
-    "passed", "failed", "error", "timeout", "killed", "tampered", "missing")
+PASSED, FAILED, ERROR = "passed", "failed", "error"
 
 
 @dataclass
@@ -38,18 +38,20 @@ def _failing_line(exc: BaseException, filename: str) -> str:
     return ""
 
 
-def run_test(test_id: str, source: str, namespace: dict, recorder: Recorder) -> Outcome:
-    """Executes ``source`` in ``namespace``; the test passes when it finishes without an exception."""
+def run_test(test_id: str, source: str, namespace: dict, passthrough: tuple = ()) -> Outcome:
+    """Executes ``source`` in ``namespace``; the test passes when it finishes without an exception.
+
+    Exceptions of the types in ``passthrough`` are not verdicts on the student's code (the grader's kernel
+    died or timed out) and are raised to the caller, which knows what they mean.
+    """
     filename = f"<test {test_id}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     start = time.perf_counter()
     try:
         exec(compile(source, filename, "exec"), namespace)
         status, message = PASSED, ""
-    except RemoteTimeout as exc:
-        status, message = TIMEOUT, str(exc)
-    except KernelLost as exc:
-        status, message = KILLED, str(exc)
+    except passthrough:
+        raise
     except StudentError as exc:
         where = exc.remote_traceback.strip().splitlines()[-3:] if exc.remote_traceback else []
         status = ERROR

@@ -2,7 +2,7 @@
 
 The grader installs this module in the student's kernel *before* any student cell runs, then, for each
 test, writes a request file and executes ``serve(path)`` in the kernel. Nothing here decides a verdict:
-it only computes and reports. The verdict is taken in the grader's own process (see ``genlab.testing.proxy``),
+it only computes and reports. The verdict is taken in the grader's own process (see ``autograder.remote``),
 so patching anything in this process can change what is reported, never how it is judged.
 """
 from __future__ import annotations
@@ -110,8 +110,10 @@ def serve(request: str) -> None:
     encoder = wire.Encoder(keep=_keep)
     try:
         header, tensors = wire.read_message(request)
-        args = wire.decode(header.get("args", []), tensors, handle_factory=_resolve_handle)
-        kwargs = wire.decode(header.get("kwargs", {"__dict__": {}}), tensors, handle_factory=_resolve_handle)
+        sent_modules: dict = {}  # torch.nn modules a test sent (tied parameters are shared across arguments)
+        args = wire.decode(header.get("args", []), tensors, handle_factory=_resolve_handle, modules=sent_modules)
+        kwargs = wire.decode(header.get("kwargs", {"__dict__": {}}), tensors, handle_factory=_resolve_handle,
+                             modules=sent_modules)
         result = _run(header, args, kwargs)
         reply = {"ok": True, "result": encoder.encode(result)}
     except _Missing as missing:

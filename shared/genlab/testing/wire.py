@@ -8,6 +8,7 @@ can call through but never compare as if it were data.
 """
 from __future__ import annotations
 
+import builtins
 import json
 import math
 import os
@@ -18,6 +19,8 @@ from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
+
+import genlab.models as _genlab_models
 
 # The dtypes safetensors can carry; anything else is sent as float64 with its dtype name noted.
 _DTYPES = {str(d).removeprefix("torch."): d for d in (
@@ -61,7 +64,11 @@ class Encoder:
             return items if type(value) is list else {"__tuple__": items}
         if type(value) in (dict, OrderedDict) and all(type(k) is str for k in value):  # state_dict()
             return {"__dict__": {k: self.encode(v) for k, v in value.items()}}
-        if self.keep is None:
+        if self.keep is None:  # the grader's side: what a test may send to the kernel
+            if isinstance(getattr(value, "_handle", None), Handle):  # an object the kernel returned before
+                return {"__handle__": value._handle.id, "type": value._handle.type_name}
+            if type(value) in _MODULES.values():
+                return encode_module(value, self)
             raise TypeError(f"cannot send a {type(value).__name__} to the kernel")
         return {"__handle__": self.keep(value), "type": _type_name(value)}
 
@@ -80,14 +87,22 @@ class Encoder:
         return meta
 
 
-def decode(tree: Any, tensors: dict[str, torch.Tensor], *, handle_factory=Handle) -> Any:
-    """Inverse of :class:`Encoder` on the trusted side: builds only plain values and handles."""
+def decode(tree: Any, tensors: dict[str, torch.Tensor], *, handle_factory=Handle, modules=None) -> Any:
+    """Inverse of :class:`Encoder` on the trusted side: builds only plain values and handles.
+
+    ``modules`` (a dict, used by the kernel's side only) lets allow-listed ``torch.nn`` modules a test sent be
+    rebuilt; it maps tied parameters to one object. The grader never rebuilds modules from a kernel's reply.
+    """
     if tree is None or isinstance(tree, (bool, int, float, str)):
         return tree
     if isinstance(tree, list):
-        return [decode(v, tensors, handle_factory=handle_factory) for v in tree]
+        return [decode(v, tensors, handle_factory=handle_factory, modules=modules) for v in tree]
     if not isinstance(tree, dict):
         raise ValueError(f"malformed message: {type(tree).__name__}")
+    if "__module__" in tree:
+        if modules is None:
+            raise ValueError("malformed message: a module spec where only data may come back")
+        return decode_module(tree, tensors, modules)
     if "__tensor__" in tree:
         t = tensors[tree["__tensor__"]]
         device = tree.get("device", "cpu")
@@ -103,9 +118,10 @@ def decode(tree: Any, tensors: dict[str, torch.Tensor], *, handle_factory=Handle
     if "__device__" in tree:
         return torch.device(tree["__device__"])
     if "__tuple__" in tree:
-        return tuple(decode(v, tensors, handle_factory=handle_factory) for v in tree["__tuple__"])
+        return tuple(decode(v, tensors, handle_factory=handle_factory, modules=modules) for v in tree["__tuple__"])
     if "__dict__" in tree:
-        return {k: decode(v, tensors, handle_factory=handle_factory) for k, v in tree["__dict__"].items()}
+        return {k: decode(v, tensors, handle_factory=handle_factory, modules=modules)
+                for k, v in tree["__dict__"].items()}
     if "__handle__" in tree:
         return handle_factory(int(tree["__handle__"]), str(tree.get("type", "?")))
     raise ValueError(f"malformed message keys: {sorted(tree)[:5]}")
@@ -149,3 +165,106 @@ def read_message(path: Path, *, max_bytes: int = 512 * 2**20) -> tuple[dict, dic
 def _type_name(value: Any) -> str:
     cls = type(value)
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+# -- errors the kernel reports ----------------------------------------------------------------------------
+class StudentError(Exception):
+    """The student's code raised. Subclassed per builtin type, so ``except ValueError`` works in tests."""
+
+    remote_type = "Exception"
+    remote_traceback = ""
+
+
+_error_types: dict[str, type] = {}
+
+
+def student_error(type_name: str, message: str, tb: str = "") -> StudentError:
+    """The exception a kernel's error reply stands for, rebuilt from its type name (never unpickled)."""
+    base = getattr(builtins, type_name, None)
+    bases = (StudentError,)
+    if isinstance(base, type) and issubclass(base, Exception) and base is not Exception:
+        bases = (StudentError, base)
+    cls = _error_types.get(type_name)
+    if cls is None:
+        cls = _error_types[type_name] = type(type_name, bases, {"remote_type": type_name})
+    err = cls(message)
+    err.remote_traceback = tb
+    return err
+
+
+# -- torch.nn modules a test sends to the kernel ------------------------------------------------------------
+# A test may build a small model (``nn.Sequential`` of ``nn.Linear`` ...) and pass it to a student's function
+# (Lab 4's ``add_lora(model, ...)``). It crosses as data: the class's name from this allow-list, its
+# constructor's arguments (plain numbers, checked), its children, and its own parameters and buffers as
+# tensors. The kernel rebuilds it from torch.nn alone: nothing is unpickled, no other class is built. A
+# parameter shared by two modules (tied weights) arrives as one parameter.
+_MODULES = {cls.__name__: cls for cls in (
+    torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict, torch.nn.Linear, torch.nn.Identity,
+    torch.nn.ReLU, torch.nn.GELU, torch.nn.Tanh, torch.nn.SiLU, torch.nn.Sigmoid, torch.nn.Dropout,
+    torch.nn.LayerNorm, torch.nn.Embedding, torch.nn.Flatten)}
+# genlab's own small models (trusted code, shipped in this package; children are allow-listed torch.nn modules):
+# Lab 2's ddpm_loss(model, ...) and p_sample_step(model, ...) are tested with them.
+_MODULES.update({cls.__name__: cls for cls in (_genlab_models.TinyDenoiser, _genlab_models.OracleDenoiser)})
+
+# The constructor arguments of each class, read back from the instance (all ints, floats, bools or str).
+_INIT_ARGS = {
+    "Linear": lambda m: {"in_features": m.in_features, "out_features": m.out_features, "bias": m.bias is not None},
+    "Dropout": lambda m: {"p": float(m.p)},
+    "GELU": lambda m: {"approximate": m.approximate},
+    "LayerNorm": lambda m: {"normalized_shape": list(m.normalized_shape), "eps": float(m.eps),
+                            "elementwise_affine": m.elementwise_affine, "bias": m.bias is not None},
+    "Embedding": lambda m: {"num_embeddings": m.num_embeddings, "embedding_dim": m.embedding_dim},
+    "Flatten": lambda m: {"start_dim": m.start_dim, "end_dim": m.end_dim},
+    "TinyDenoiser": lambda m: {k: int(v) for k, v in m.config.items()},
+}
+
+
+def encode_module(module: torch.nn.Module, encoder: Encoder) -> dict:
+    shared = encoder.__dict__.setdefault("_parameters_sent", {})  # id(parameter) -> its tensor key
+    name = type(module).__name__
+    own = {}
+    for pname, p in [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]:
+        if id(p) in shared:
+            own[pname] = {"__same_as__": shared[id(p)]}
+        else:
+            meta = encoder.encode(p)
+            shared[id(p)] = meta["__tensor__"]
+            own[pname] = {**meta, "parameter": isinstance(p, torch.nn.Parameter)}
+    return {"__module__": name, "init": _INIT_ARGS.get(name, lambda m: {})(module), "training": module.training,
+            "children": [[n, encode_module(c, encoder) if type(c) in _MODULES.values() else encoder.encode(c)]
+                         for n, c in module.named_children()],
+            "state": own}
+
+
+def _plain(value, what: str):
+    if isinstance(value, list) and all(type(v) is int for v in value):
+        return value
+    if type(value) not in (int, float, bool, str) and value is not None:
+        raise ValueError(f"malformed module spec: {what} is a {type(value).__name__}")
+    return value
+
+
+def decode_module(tree: dict, tensors: dict[str, torch.Tensor], shared: dict) -> torch.nn.Module:
+    """Kernel side: rebuilds an allow-listed module from its spec (see :func:`encode_module`)."""
+    cls = _MODULES.get(tree.get("__module__"))
+    if cls is None:
+        raise ValueError(f"malformed message: {tree.get('__module__')!r} is not an allowed torch.nn module")
+    init = {str(k): _plain(v, f"argument {k}") for k, v in dict(tree.get("init", {})).items()}
+    if cls in (torch.nn.Linear, torch.nn.LayerNorm, torch.nn.Embedding):
+        init["device"] = "meta"  # no draw from the kernel's random generator: the parameters arrive below
+    module = cls(**init)
+    for child_name, child in tree.get("children", []):
+        module.add_module(str(child_name), decode(child, tensors, modules=shared))
+    for pname, meta in dict(tree.get("state", {})).items():
+        if "__same_as__" in meta:
+            value = shared[str(meta["__same_as__"])]
+        else:
+            t = decode({k: v for k, v in meta.items() if k != "parameter"}, tensors)
+            value = torch.nn.Parameter(t.detach(), requires_grad=t.requires_grad) if meta.get("parameter") else t
+            shared[meta["__tensor__"]] = value
+        if isinstance(value, torch.nn.Parameter):
+            module.register_parameter(str(pname), value)
+        else:
+            module.register_buffer(str(pname), value)
+    module.training = bool(tree.get("training", True))  # this module's flag only; children carry their own
+    return module

@@ -1,37 +1,21 @@
 """Sample submissions for Lab 3: correct variants and one per catalogued bug.
 
-Each sample names the solution cells it replaces (by grade_id). ``EXPECT`` is what the grader must conclude
-for each. The reference sample ("reference") is shared across labs and defined elsewhere.
+Each sample names the solution cells it replaces (by grade_id) and what the grader must conclude
+(``expect``). Format: :mod:`autograder.sample_submissions`.
 """
+from autograder.sample_submissions import bug_cell
+
+LAB = "lab3_attention"
 
 MASK_HEAD = "def causal_mask(t_q, t_k, device=None):\n"
 ATTN_HEAD = "def causal_attention(q, k, v, dropout_p=0.0, training=True):\n"
 SPLIT_HEAD = "def split_heads(x, n_heads):\n"
 TOKEN_HEAD = "def tokenize_smiles(smiles):\n"
-HEADS = {"causal_mask": MASK_HEAD, "causal_attention": ATTN_HEAD, "split_heads": SPLIT_HEAD,
-         "tokenize_smiles": TOKEN_HEAD}
-
-
-def _bug(function: str, bug_id: str) -> str:
-    """A student cell whose body is the catalogued bug, written out as a student would write it."""
-    import inspect
-    import textwrap
-
-    from genlab.catalog import bug
-
-    impl = bug("lab3_attention", bug_id).impl
-    body = textwrap.dedent(inspect.getsource(impl)).split("\n", 1)[1]
-    helper = ""
-    if "_PATTERN_WITHOUT_BACKSLASH" in body:
-        helper = ("_PATTERN_WITHOUT_BACKSLASH = re.compile(\n"
-                  "    r\"(\\[[^\\]]+]|Br?|Cl?|N|O|S|P|F|I|b|c|n|o|s|p|\\(|\\)|\\.|=|#|-|\\+|/|:|~|@|\\?|>|\\*|\\$"
-                  "|%[0-9]{2}|[0-9])\")\n\n")
-    return helper + HEADS[function] + body
 
 
 SAMPLES: dict[str, dict] = {
     # -- correct alternatives: full marks ---------------------------------------------------------------
-    "lab3_variant_einsum_where": {"cells": {
+    "lab3_variant_einsum_where": {"expect": {"full": True}, "cells": {
         "causal_mask": MASK_HEAD +
         "    i = torch.arange(t_q, device=device)[:, None]\n"
         "    j = torch.arange(t_k, device=device)[None, :]\n"
@@ -47,7 +31,7 @@ SAMPLES: dict[str, dict] = {
         "merge_heads": "def merge_heads(x):\n    b, h, t, d = x.shape\n"
         "    return x.permute(0, 2, 1, 3).contiguous().view(b, t, h * d)\n",
     }},
-    "lab3_variant_finfo_matmul": {"cells": {
+    "lab3_variant_finfo_matmul": {"expect": {"full": True}, "cells": {
         "causal_attention": ATTN_HEAD +
         "    t_q, t_k = q.shape[-2], k.shape[-2]\n"
         "    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
@@ -74,7 +58,7 @@ SAMPLES: dict[str, dict] = {
         "            raise ValueError(f'unexpected character {smiles[i]!r} at position {i}')\n"
         "    return out\n",
     }},
-    "lab3_variant_own_mask_sdpa": {"cells": {
+    "lab3_variant_own_mask_sdpa": {"expect": {"full": True}, "cells": {
         "causal_attention": ATTN_HEAD +
         "    mask = causal_mask(q.shape[-2], k.shape[-2], device=q.device)\n"
         "    p = dropout_p if training else 0.0\n"
@@ -104,14 +88,8 @@ BUG_SAMPLES = {
     "character_level": "tokenize_smiles", "findall_drops_unmatched": "tokenize_smiles",
 }
 for _bug_id, _function in BUG_SAMPLES.items():
-    SAMPLES[f"lab3_bug_{_bug_id}"] = {"cells": {_function: _bug(_function, _bug_id)}}
-
-EXPECT: dict[str, dict] = {
-    "lab3_variant_einsum_where": {"full": True}, "lab3_variant_finfo_matmul": {"full": True},
-    "lab3_variant_own_mask_sdpa": {"full": True},
-    **{f"lab3_bug_{b}": {"full": False, "bug": b, "function": f} for b, f in BUG_SAMPLES.items()},
-}
+    SAMPLES[f"lab3_bug_{_bug_id}"] = {"cells": {_function: bug_cell(LAB, _bug_id)},
+                                      "expect": {"full": False, "bug": _bug_id, "function": _function}}
 
 # The reference student hands in every lab (its folder is shared with Labs 1 and 2).
-SAMPLES["reference"] = {"cells": {}}
-EXPECT["reference"] = {"full": True}
+SAMPLES["reference"] = {"cells": {}, "expect": {"full": True}}

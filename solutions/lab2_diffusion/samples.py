@@ -1,9 +1,10 @@
-"""Sample submissions for Lab 2 (forward diffusion): replacement sources for the solution cells.
+"""Sample submissions for Lab 2 (forward diffusion): correct variants and one per catalogued bug.
 
-``SAMPLES[name]`` maps a solution cell's grade_id (the function name) to the full source a student might
-write; cells not listed keep the reference solution. ``EXPECT[name]`` says what the grader should make of it:
-full marks, or the catalogued bug (``genlab.catalog.lab2_diffusion``) it must fail on and be diagnosed with.
-The notebooks under ``autograder/samples/<student>/lab2_diffusion/`` are generated from this file.
+``CELLS[name]`` maps a solution cell's grade_id to the full source a student might write; cells not listed
+keep the reference solution. ``EXPECTED[name]`` is what the grader must conclude: full marks, or the
+catalogued bug (``genlab.catalog.lab2_diffusion``) the function's tests must fail on and be named with.
+Student folders are ``lab2_<name>`` (``reference`` is shared with the other labs). Format:
+:mod:`autograder.sample_submissions`.
 """
 
 CELLS = {
@@ -125,33 +126,29 @@ def alpha_bar_from_betas(betas):
 '''},
 }
 
-_FULL = {"full_marks": True, "bug": None, "function": None}
-_EXPECTED = {
-    "reference": dict(_FULL),
-    "gather": dict(_FULL, function="q_sample"),
-    "sqrt_index": dict(_FULL, function="q_sample"),
-    "none_reshape": dict(_FULL, function="q_sample"),
-    "float64_coefficients": dict(_FULL, function="q_sample"),
-    "cosine_python_list": dict(_FULL, function="make_beta_schedule"),
-    "silent_broadcast": {"full_marks": False, "bug": "silent_broadcast", "function": "q_sample"},
-    "off_by_one_t": {"full_marks": False, "bug": "off_by_one_t", "function": "q_sample"},
-    "off_by_one_t_checked": {"full_marks": False, "bug": "off_by_one_t", "function": "q_sample"},
-    "materialized_broadcast": {"full_marks": False, "bug": "materialized_broadcast", "function": "q_sample"},
-    "python_loop_over_batch": {"full_marks": False, "bug": "python_loop_over_batch", "function": "q_sample"},
-    "unclipped_cosine": {"full_marks": False, "bug": "unclipped_cosine", "function": "make_beta_schedule"},
-    "scaled_linear_typo": {"full_marks": False, "bug": "scaled_linear_typo", "function": "make_beta_schedule"},
-    "low_precision_alpha_bar": {"full_marks": False, "bug": "low_precision_alpha_bar",
-                                "function": "alpha_bar_from_betas"},
+FULL = {"full": True}
+
+
+def _bug(bug_id: str, function: str) -> dict:
+    return {"full": False, "bug": bug_id, "function": function}
+
+
+EXPECTED = {
+    "reference": FULL, "gather": FULL, "sqrt_index": FULL, "none_reshape": FULL, "float64_coefficients": FULL,
+    "cosine_python_list": FULL,
+    "silent_broadcast": _bug("silent_broadcast", "q_sample"),
+    "off_by_one_t": _bug("off_by_one_t", "q_sample"),
+    "off_by_one_t_checked": _bug("off_by_one_t", "q_sample"),
+    "materialized_broadcast": _bug("materialized_broadcast", "q_sample"),
+    "python_loop_over_batch": _bug("python_loop_over_batch", "q_sample"),
+    "unclipped_cosine": _bug("unclipped_cosine", "make_beta_schedule"),
+    "scaled_linear_typo": _bug("scaled_linear_typo", "make_beta_schedule"),
+    "low_precision_alpha_bar": _bug("low_precision_alpha_bar", "alpha_bar_from_betas"),
 }
 
 
-# In the grader's format (see lab1_vae.py): one student folder per sample, the reference shared with Lab 1.
 def _student(name: str) -> str:
     return name if name == "reference" else f"lab2_{name}"
 
 
-SAMPLES = {_student(name): {"cells": cells} for name, cells in CELLS.items()}
-EXPECT = {
-    _student(name): ({"full": True} if e["full_marks"] else {"full": False, "bug": e["bug"], "function": e["function"]})
-    for name, e in _EXPECTED.items()
-}
+SAMPLES = {_student(name): {"cells": cells, "expect": EXPECTED[name]} for name, cells in CELLS.items()}

@@ -1,90 +1,22 @@
-"""Stand-ins for a student's functions inside the grader's trusted process.
+"""The grader's half of a test call: stand-ins for a student's functions inside the trusted process.
 
-A test cell is ordinary Python: ``z = reparameterize(mu, logvar, eps)`` then checks on ``z``. When the
-grader runs it, ``reparameterize`` is a :class:`RemoteFunction`: calling it ships the arguments to the
-student's kernel, runs the student's function there, and returns plain tensors. So the test reads the
-same in the notebook and in the grader, and its checks always run here, out of the student's reach.
-
-Every call is recorded (arguments and results), so that :mod:`genlab.testing.diagnosis` can replay the
-same calls through the catalogue of known bugs and name the one the student made.
+When the grader runs a test cell, ``reparameterize`` is a :class:`RemoteFunction`: calling it ships the
+arguments to the student's kernel (:mod:`genlab.testing.wire`, never pickle), runs the student's function
+there (:mod:`genlab.testing.server`), and returns plain tensors. So the test reads the same in the notebook
+and in the grader, and its checks always run here, out of the student's reach. Calls are recorded
+(:class:`genlab.testing.calls.Recorder`) for diagnosis. Timing is measured here too, from outside both
+the student's kernel and the reference kernel, with this process's clock.
 """
 from __future__ import annotations
 
-import builtins
 import statistics
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable
-
-import torch
 
 from genlab.testing import wire
-
+from genlab.testing.calls import Call, Recorder, detached
+from genlab.testing.wire import student_error
 
 CLEARLY_SLOW = 20.0  # a first look this far over the reference ends the timing early
-
-
-class StudentError(Exception):
-    """The student's code raised. Subclassed per builtin type, so ``except ValueError`` works in tests."""
-
-    remote_type = "Exception"
-    remote_traceback = ""
-
-
-class KernelLost(Exception):
-    """The student's kernel died (crash, ``os._exit``, a memory limit) while running a request."""
-
-
-class RemoteTimeout(Exception):
-    """The student's code ran past the time limit and was interrupted."""
-
-
-_error_types: dict[str, type] = {}
-
-
-def student_error(type_name: str, message: str, tb: str = "") -> StudentError:
-    base = getattr(builtins, type_name, None)
-    bases = (StudentError,)
-    if isinstance(base, type) and issubclass(base, Exception) and base is not Exception:
-        bases = (StudentError, base)
-    cls = _error_types.get(type_name)
-    if cls is None:
-        cls = _error_types[type_name] = type(type_name, bases, {"remote_type": type_name})
-    err = cls(message)
-    err.remote_traceback = tb
-    return err
-
-
-@dataclass
-class Call:
-    """One request to a student's function and what came back."""
-
-    kind: str                       # "call", "grad_of", "peak_memory", "count_flops"
-    name: str
-    args: tuple
-    kwargs: dict
-    result: Any = None
-    error: str | None = None        # the exception type name, when the student's code raised
-
-
-@dataclass
-class Recorder:
-    calls: list[Call] = field(default_factory=list)
-    evidence: list[str] = field(default_factory=list)   # suspicious things seen (tensor subclasses, ...)
-
-    def for_function(self, name: str) -> list[Call]:
-        return [c for c in self.calls if c.name == name]
-
-
-def _detached(value):
-    """A copy of a test's arguments that later in-place edits in the test cannot change."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    if isinstance(value, (list, tuple)):
-        return type(value)(_detached(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _detached(v) for k, v in value.items()}
-    return value
 
 
 class RemoteObject:
@@ -121,7 +53,7 @@ def _request(session, recorder: Recorder, kind: str, name: str, args, kwargs, ta
     header = {"kind": kind, **target, **extra,
               "args": encoder.encode(tuple(args)), "kwargs": encoder.encode(dict(kwargs))}
     reply, tensors = session.request(header, encoder)
-    call = Call(kind, name, _detached(tuple(args)), _detached(dict(kwargs)))
+    call = Call(kind, name, detached(tuple(args)), detached(dict(kwargs)))
     recorder.calls.append(call)
     if not reply.get("ok"):
         err = reply.get("error", {})
@@ -219,36 +151,3 @@ class RemoteFunction:
         result = TimingResult(ratio=s / r, student_median_s=s / n, reference_median_s=r / n, rounds=rounds)
         self._recorder.calls.append(Call("time_ratio", self.__name__, (), {}, result))
         return result
-
-
-class LocalFunction:
-    """The same recording wrapper around a function in this process (for students' self-checks)."""
-
-    def __init__(self, fn: Callable, name: str, recorder: Recorder):
-        self._fn, self.__name__, self._recorder = fn, name, recorder
-        self.__wrapped__ = fn
-
-    def __call__(self, *args, **kwargs):
-        call = Call("call", self.__name__, _detached(args), _detached(kwargs))
-        self._recorder.calls.append(call)
-        try:
-            call.result = self._fn(*args, **kwargs)
-        except Exception as exc:
-            call.error = type(exc).__name__
-            raise
-        return call.result
-
-    def __genlab_time_ratio__(self, reference, args, kwargs):
-        from genlab.checks.timing import time_ratio
-
-        result = time_ratio(self._fn, getattr(reference, "__wrapped__", reference), *args, **kwargs)
-        self._recorder.calls.append(Call("time_ratio", self.__name__, (), {}, result))
-        return result
-
-    def __genlab_measure__(self, kind: str, args, kwargs):
-        import genlab.checks as checks
-
-        call = Call(kind, self.__name__, _detached(args), _detached(kwargs))
-        self._recorder.calls.append(call)
-        call.result = getattr(checks, kind)(self._fn, *args, **kwargs)
-        return call.result

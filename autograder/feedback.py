@@ -1,0 +1,101 @@
+"""What a grading run writes: grades.csv, results.json, nbgrader's gradebook, and the feedback pages.
+
+Every form of a result comes from the :class:`~autograder.results.Result` itself; this module only puts
+them in their files, and turns graded notebooks into nbgrader's feedback HTML.
+"""
+from __future__ import annotations
+
+import copy
+import csv
+import json
+import logging
+import warnings
+from pathlib import Path
+
+import nbformat
+
+from autograder import gradebook
+from autograder.results import CSV_COLUMNS, Result
+
+
+def _summary_cell(result: Result):
+    lines = [f"# Feedback: {result.lab}", f"**Score: {result.total:g} / {result.max_total:g}**", "",
+             "| test | status | points | diagnosis |", "|---|---|---|---|"]
+    for o in result.outcomes:
+        lines.append(f"| `{o.test}` | {o.status} | {result.score(o.test):g}/{result.points[o.test]:g} | "
+                     f"{'; '.join(b.title for b in o.diagnosis)} |")
+    if result.notes:
+        lines += ["", "**Repairs made before grading:**"] + [f"- {n}" for n in result.notes]
+    if result.evidence:
+        lines += ["", "**Interference with the grader (reported to the instructor):**"] + \
+                 [f"- `{e}`" for e in result.evidence]
+    if result.notebook is None:  # nothing ran: the reason is the whole feedback
+        reasons = [m for m in dict.fromkeys(o.message for o in result.outcomes if o.message)
+                   if m not in result.evidence]
+        if reasons:
+            lines += ["", "**Why nothing was graded:**"] + [f"- {m}" for m in reasons]
+    return nbformat.v4.new_markdown_cell("\n".join(lines))
+
+
+def _write_reason_pages(out: Path, results) -> None:
+    """A feedback page for notebooks that never ran (missing, unreadable, refused), saying why and what to do.
+
+    nbgrader's GenerateFeedback only knows notebooks it autograded, so without this those students would get
+    no page at all.
+    """
+    from nbconvert import HTMLExporter
+
+    exporter = HTMLExporter()
+    for r in results:
+        if r.notebook is not None:
+            continue
+        page = nbformat.v4.new_notebook(cells=[_summary_cell(r)])
+        path = out / "feedback" / r.student / r.lab / f"{r.lab}.html"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(exporter.from_notebook_node(page)[0])
+
+
+def write_feedback(out: Path, db_url: str, results, labs) -> None:
+    """Autograded notebooks (with a summary on top) and nbgrader's feedback HTML, per student and lab."""
+    from nbgrader.apps import NbGrader  # noqa: F401 - registers nbgrader's config classes
+    from nbgrader.converters import GenerateFeedback
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config import Config
+
+    for r in results:
+        if r.notebook is None:
+            continue
+        path = out / "autograded" / r.student / r.lab / f"{r.lab}.ipynb"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        nb = copy.deepcopy(r.notebook)
+        nb.cells.insert(0, _summary_cell(r))
+        nbformat.write(nb, str(path))
+    c = Config()
+    c.CourseDirectory.root = str(out)
+    c.CourseDirectory.db_url = db_url
+    c.CourseDirectory.course_id = "genlab"
+    c.GenerateFeedback.force = True
+    for lab in labs:
+        if not any(r.lab == lab and r.notebook is not None for r in results):
+            continue
+        c.CourseDirectory.assignment_id = lab
+        # Only this run's students: in a shared (sharded) gradebook other machines own the rest.
+        c.CourseDirectory.student_id = "*"
+        converter = GenerateFeedback(coursedir=CourseDirectory(config=c), config=c)
+        converter.log.setLevel(logging.ERROR)
+        converter.start()
+    _write_reason_pages(out, results)
+
+
+def write_outputs(root: Path, out: Path, results: list[Result], labs: list[str], db_url: str | None = None) -> None:
+    """Everything a grading run leaves in ``out``: grades.csv, results.json, the gradebook, feedback pages."""
+    warnings.filterwarnings("ignore", module="nbgrader.*")  # SQLAlchemy notices from nbgrader's own code
+    with (out / "grades.csv").open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(CSV_COLUMNS)
+        for r in results:
+            writer.writerows(r.csv_rows())
+    (out / "results.json").write_text(json.dumps([r.to_json() for r in results], indent=2))
+    db_url = db_url or f"sqlite:///{out / 'gradebook.db'}"
+    gradebook.record(db_url, root, labs, results, out / ".release")
+    write_feedback(out, db_url, results, labs)

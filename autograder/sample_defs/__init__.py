@@ -1,1 +1,0 @@
-"""Definitions of the sample submissions, one module per lab."""

@@ -1,0 +1,77 @@
+"""Small models the labs train and the tests call, small enough to train on a CPU in seconds.
+
+These classes can also travel to a student's kernel *by value* (:mod:`genlab.testing.wire` rebuilds them
+from their ``config``, their children and their tensors): a test that calls ``ddpm_loss(model, ...)`` ships
+the model's class name, its constructor arguments (plain numbers) and its tensors, never a pickle and
+never the test's own object. Their children are allow-listed ``torch.nn`` modules only.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+__all__ = ["time_features", "TinyDenoiser", "OracleDenoiser", "WIRE_MODELS"]
+
+
+def time_features(t: torch.Tensor, dim: int, max_period: float = 10_000.0) -> torch.Tensor:
+    """Sinusoidal features of the timestep (Vaswani et al. 2017, as in DDPM): ``[B] -> [B, dim]``.
+
+    A network that must undo noise of very different sizes has to know which step it is at; the integer
+    ``t`` becomes ``dim`` smooth features at geometrically spaced frequencies, so nearby steps get nearby
+    features and the MLP does not have to learn that step 499 is like step 500.
+    """
+    half = dim // 2
+    freqs = torch.exp(-math.log(max_period) * torch.arange(half, dtype=torch.float32, device=t.device) / half)
+    angles = t.float()[:, None] * freqs[None, :]
+    return torch.cat([angles.sin(), angles.cos()], dim=-1)
+
+
+class TinyDenoiser(nn.Module):
+    """An MLP that predicts the noise ``eps`` in ``x_t`` from ``(x_t, t)``: Lab 2's denoiser.
+
+    ``x_t`` is ``[B, 1, 8, 8]`` (or any ``[B, ...]`` with ``dim`` values per example); the output has its shape
+    and dtype. The time features are added to both hidden layers (a common, cheap conditioning), so each
+    layer can scale its work to the noise level of step ``t``. ``seed`` fixes the initial weights without
+    touching the global random generator.
+    """
+
+    def __init__(self, dim: int = 64, hidden: int = 256, time_dim: int = 32, seed: int = 0):
+        super().__init__()
+        self.config = {"dim": dim, "hidden": hidden, "time_dim": time_dim, "seed": seed}
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.inp = nn.Linear(dim, hidden)
+            self.t1, self.t2 = nn.Linear(time_dim, hidden), nn.Linear(time_dim, hidden)
+            self.mid = nn.Linear(hidden, hidden)
+            self.out = nn.Linear(hidden, dim)
+
+    def forward(self, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        emb = time_features(t.to(x_t.device), self.config["time_dim"])
+        h = nn.functional.silu(self.inp(x_t.flatten(1).to(self.inp.weight.dtype)) + self.t1(emb))
+        h = nn.functional.silu(self.mid(h) + self.t2(emb))
+        return self.out(h).view_as(x_t).to(x_t.dtype)
+
+
+class OracleDenoiser(nn.Module):
+    """The noise predictor that knows the clean data: ``eps = (x_t - sqrt(abar_t) x0) / sqrt(1 - abar_t)``.
+
+    It is exact, so one reverse step fed with it must land on the posterior mean ``mu~(x_t, x0)`` (the tests
+    use this): any difference is the sampler's error, not the model's.
+    """
+
+    def __init__(self, x0: torch.Tensor | None = None, alpha_bar: torch.Tensor | None = None):
+        super().__init__()
+        self.config = {}
+        self.register_buffer("x0", x0)
+        self.register_buffer("alpha_bar", alpha_bar)
+
+    def forward(self, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        a = self.alpha_bar.to(x_t.device).double()[t].view((-1,) + (1,) * (x_t.dim() - 1))
+        eps = (x_t.double() - a.sqrt() * self.x0.to(x_t.device).double()) / (1 - a).sqrt()
+        return eps.to(x_t.dtype)
+
+
+# The classes the test wire may rebuild in a student's kernel (name -> class).
+WIRE_MODELS = {cls.__name__: cls for cls in (TinyDenoiser, OracleDenoiser)}

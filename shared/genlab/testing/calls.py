@@ -1,0 +1,79 @@
+"""Recording the calls a test makes to a student's function, for diagnosis.
+
+A test cell is ordinary Python: ``z = reparameterize(mu, logvar, eps)`` then checks on ``z``. In a student's
+self-check (``genlab.check``), each student function is wrapped in a :class:`LocalFunction`, which records
+every call (arguments and what came back), so that :mod:`genlab.testing.diagnosis` can replay the same calls
+through the catalogue of known bugs and name the one the student made. The grader records calls the same
+way from its own process, through proxies into the student's kernel (``autograder.remote``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+
+@dataclass
+class Call:
+    """One request to a student's function and what came back."""
+
+    kind: str                       # "call", "grad_of", "peak_memory", "count_flops"
+    name: str
+    args: tuple
+    kwargs: dict
+    result: Any = None
+    error: str | None = None        # the exception type name, when the student's code raised
+
+
+@dataclass
+class Recorder:
+    calls: list[Call] = field(default_factory=list)
+    evidence: list[str] = field(default_factory=list)   # suspicious things seen (tensor subclasses, ...)
+
+    def for_function(self, name: str) -> list[Call]:
+        return [c for c in self.calls if c.name == name]
+
+
+def detached(value):
+    """A copy of a test's arguments that later in-place edits in the test cannot change."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, (list, tuple)):
+        return type(value)(detached(v) for v in value)
+    if isinstance(value, dict):
+        return {k: detached(v) for k, v in value.items()}
+    return value
+
+
+class LocalFunction:
+    """The same recording wrapper around a function in this process (for students' self-checks)."""
+
+    def __init__(self, fn: Callable, name: str, recorder: Recorder):
+        self._fn, self.__name__, self._recorder = fn, name, recorder
+        self.__wrapped__ = fn
+
+    def __call__(self, *args, **kwargs):
+        call = Call("call", self.__name__, detached(args), detached(kwargs))
+        self._recorder.calls.append(call)
+        try:
+            call.result = self._fn(*args, **kwargs)
+        except Exception as exc:
+            call.error = type(exc).__name__
+            raise
+        return call.result
+
+    def __genlab_time_ratio__(self, reference, args, kwargs):
+        from genlab.checks.timing import time_ratio
+
+        result = time_ratio(self._fn, getattr(reference, "__wrapped__", reference), *args, **kwargs)
+        self._recorder.calls.append(Call("time_ratio", self.__name__, (), {}, result))
+        return result
+
+    def __genlab_measure__(self, kind: str, args, kwargs):
+        import genlab.checks as checks
+
+        call = Call(kind, self.__name__, detached(args), detached(kwargs))
+        self._recorder.calls.append(call)
+        call.result = getattr(checks, kind)(self._fn, *args, **kwargs)
+        return call.result

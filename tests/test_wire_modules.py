@@ -1,0 +1,84 @@
+"""Allow-listed torch.nn modules sent by a test to the student's kernel: rebuilt from data, never unpickled."""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import pytest
+import torch
+import torch.nn as nn
+
+from genlab.testing import wire
+
+
+def _round_trip(value, tmp_path):
+    """What the kernel's side sees when the grader sends ``value`` (through the real message files)."""
+    encoder = wire.Encoder()  # the grader's encoder: no ``keep``, so nothing stays behind as a handle
+    tree = encoder.encode(value)
+    wire.write_message(tmp_path / "msg", {"args": tree}, encoder)
+    header, tensors = wire.read_message(tmp_path / "msg")
+    return wire.decode(header["args"], tensors, handle_factory=lambda i, t: ("handle", i, t), modules={})
+
+
+def test_a_small_model_arrives_with_its_weights_flags_and_names(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(OrderedDict([
+        ("attn", nn.Sequential(OrderedDict([("q_proj", nn.Linear(6, 6)), ("k_proj", nn.Linear(6, 6, bias=False))]))),
+        ("act", nn.GELU(approximate="tanh")), ("norm", nn.LayerNorm(6)), ("drop", nn.Dropout(0.25)),
+        ("head", nn.Linear(6, 3).to(torch.bfloat16))]))
+    model.attn.q_proj.weight.requires_grad_(False)
+    model.drop.eval()
+    rng_before = torch.random.get_rng_state()
+    got = _round_trip(model, tmp_path)
+    assert torch.equal(torch.random.get_rng_state(), rng_before), "rebuilding must not draw random numbers"
+    assert type(got) is nn.Sequential and [n for n, _ in got.named_modules()] == [n for n, _ in model.named_modules()]
+    for (name, p), (_, q) in zip(model.named_parameters(), got.named_parameters()):
+        assert type(q) is nn.Parameter and q.dtype == p.dtype and torch.equal(q, p), name
+        assert q.requires_grad == p.requires_grad, name
+    assert got.attn.k_proj.bias is None and got.act.approximate == "tanh" and got.drop.p == 0.25
+    assert got.drop.training is False and got.head.training is True
+    x = torch.randn(2, 6)
+    assert torch.equal(got[:4](x), model[:4](x))
+
+
+def test_tied_parameters_stay_one_parameter(tmp_path):
+    emb, head = nn.Embedding(5, 4), nn.Linear(4, 5, bias=False)
+    head.weight = emb.weight
+    got = _round_trip(nn.Sequential(emb, head), tmp_path)
+    assert got[0].weight is got[1].weight
+    assert len(list(got.parameters())) == 1
+
+
+def test_only_allow_listed_modules_cross(tmp_path):
+    class Custom(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+
+    with pytest.raises(TypeError, match="cannot send a Custom"):
+        wire.Encoder().encode(Custom())
+    with pytest.raises(TypeError, match="cannot send a Custom"):
+        wire.Encoder().encode(nn.Sequential(Custom()))
+    # a forged spec naming another class is refused on the kernel's side
+    with pytest.raises(ValueError, match="not an allowed"):
+        wire.decode({"__module__": "Module"}, {}, modules={})
+    with pytest.raises(ValueError, match="malformed module spec"):
+        wire.decode({"__module__": "Linear", "init": {"in_features": {"x": 1}}}, {}, modules={})
+
+
+def test_the_grader_never_rebuilds_a_module_from_a_reply():
+    with pytest.raises(ValueError, match="only data may come back"):
+        wire.decode({"__module__": "Linear", "init": {"in_features": 2, "out_features": 2}}, {})
+
+
+def test_the_kernel_still_keeps_modules_it_returns_as_handles():
+    kept = []
+    encoder = wire.Encoder(keep=lambda obj: kept.append(obj) or 7)
+    assert encoder.encode(nn.Linear(2, 2))["__handle__"] == 7 and isinstance(kept[0], nn.Linear)
+
+
+def test_an_object_the_kernel_returned_goes_back_as_its_handle():
+    class Returned:  # what autograder.remote.RemoteObject holds
+        def __init__(self):
+            self._handle = wire.Handle(42, "__main__.LoRALinear")
+
+    assert wire.Encoder().encode([Returned()]) == [{"__handle__": 42, "type": "__main__.LoRALinear"}]
