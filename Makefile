@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.genlab-installed
 
-.PHONY: venv demo test lab release outputs samples clean
+.PHONY: venv demo demo-all test lab release outputs samples clean
 
 $(STAMP): requirements/ci.txt pyproject.toml
 	bash .ci/system-deps.sh
@@ -22,11 +22,14 @@ release: venv  ## regenerate labs/ from solutions/ (nbgrader generate_assignment
 outputs: venv  ## rerun the solution notebooks and store the outputs nbval compares
 	$(VENV)/bin/genlab release --outputs
 
-samples: release  ## regenerate autograder/samples/ from autograder/sample_defs/
+samples: release  ## regenerate autograder/samples/ from each lab's solutions/<lab>/samples.py
 	$(PY) -m autograder.sample_submissions > /dev/null
 
-demo: samples  ## autograde the sample submissions and print the gradebook
-	$(VENV)/bin/genlab grade autograder/samples --out out/demo --workers 2 --cell-timeout 20
+demo: venv  ## autograde a representative set of the samples (reference, bugs, attacks, faults); print the gradebook
+	$(PY) -m autograder.demo --out out/demo
+
+demo-all: venv  ## autograde every sample submission
+	$(PY) -m autograder.demo --all --out out/demo-all
 
 test: venv  ## the whole suite: unit tests, grading of the samples, nbval over the notebooks
 	GENLAB_TEST_PG_URL="$${GENLAB_TEST_PG_URL:-$$(bash .ci/postgres.sh || true)}" \
@@ -35,6 +38,10 @@ test: venv  ## the whole suite: unit tests, grading of the samples, nbval over t
 
 lab: venv  ## JupyterLab on the student notebooks
 	$(VENV)/bin/jupyter lab labs/
+
+.PHONY: screenshots
+screenshots: venv  ## regenerate docs/screenshots/ (each lab's widget in JupyterLab, from the browser tests)
+	GENLAB_SCREENSHOTS=$(CURDIR)/docs/screenshots $(PY) -m pytest -q -p no:cacheprovider tests/test_browser.py -k widget
 
 clean:
 	rm -rf out .pytest_cache
