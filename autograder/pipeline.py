@@ -244,6 +244,7 @@ def run_one_test(g: Grading, test: str, cell) -> None:
     g.calls.extend(recorder.calls)
     _add_evidence(g, recorder.evidence)
     g.outcomes[test] = outcome
+    g.phases["tests"] = g.phases.get("tests", 0.0) + time.perf_counter() - start
 
 
 def integrity(g: Grading) -> None:
@@ -299,6 +300,8 @@ def run_steps(g: Grading) -> Result:
                 break
     finally:
         stop_kernel(g)
+    if "run_cells" in g.phases:  # the student's cells and the tests between them, told apart
+        g.phases["cells"] = g.phases.pop("run_cells") - g.phases.get("tests", 0.0)
     g.result.phases = g.phases
     return g.result
 

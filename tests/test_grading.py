@@ -9,16 +9,18 @@ import re
 from html import unescape
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from autograder import cgroups
 from autograder.labs import discover
-from genlab.testing.notebook import LabNotebook
+from genlab.testing.notebook import LabNotebook, grade_id, is_test
 
 ROOT = Path(__file__).resolve().parents[1]
 LAB = "lab1_vae"
@@ -191,3 +193,87 @@ def test_points_come_from_the_release_not_the_students_copy(graded, lab, sample)
     assert set(rows[sample, lab]) == set(TESTS[lab]), "a cell the student added became a graded test"
     for test, row in rows[sample, lab].items():
         assert float(row["max_score"]) == TESTS[lab][test]["points"], f"{test}: max_score taken from the submission"
+
+
+# -- grading only what the tests need (the default) gives the grades a full run gives ----------------------
+def _mode_subset() -> list[tuple[str, str]]:
+    """Per lab: the reference, a correct variant and a bug; from every lab, its faults and attacks whose
+    verdict depends on what runs (an exit, a crash, a patch in a cell of its own)."""
+    chosen = []
+    for lab, expect in EXPECT.items():
+        variants = [n for n, e in expect.items() if e.get("full") and n != "reference"]
+        bugs = [n for n, e in expect.items() if e.get("bug")]
+        chosen += [(n, lab) for n in ["reference", *variants[:1], *bugs[:1]]]
+        chosen += [(n, lab) for n in ("fault_exit", "fault_segfault", "attack_showtraceback", "fault_deleted_tests")
+                   if n in expect]
+    return chosen
+
+
+@pytest.fixture(scope="session")
+def graded_full_run(tmp_path_factory):
+    subs, out = tmp_path_factory.mktemp("full-subs"), tmp_path_factory.mktemp("full-run")
+    for sample, lab in _mode_subset():
+        shutil.copytree(ROOT / "autograder" / "samples" / sample / lab, subs / sample / lab, symlinks=True)
+    cmd = [sys.executable, "-m", "autograder.cli", "--root", str(ROOT), "grade", str(subs), "--out", str(out),
+           "--workers", "2", "--cell-timeout", "60", "--test-timeout", "20", "--quiet", "--full-run"]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    assert run.returncode == 0, run.stderr[-3000:]
+    with (out / "grades.csv").open() as f:
+        return {(r["student"], r["lab"], r["test"]): r for r in csv.DictReader(f)}, \
+            {(r["student"], r["lab"]): r for r in json.loads((out / "results.json").read_text())}
+
+
+@pytest.mark.slow
+def test_only_what_the_tests_need_gives_the_grades_of_a_full_run(graded, graded_full_run):
+    _, rows, results, _, _ = graded
+    full_rows, full_results = graded_full_run
+    assert {(s, lab) for s, lab, _ in full_rows} == set(_mode_subset())
+    for (student, lab, test), full in full_rows.items():
+        fast = rows[student, lab][test]
+        assert (fast["score"], fast["status"], fast["diagnosis"]) == (full["score"], full["status"], full["diagnosis"]), \
+            f"{student}/{lab}/{test}: default {fast['status']} vs --full-run {full['status']}"
+    skipped = [r for r in results.values() if any("did not run" in n for n in r["notes"])]
+    assert skipped, "the default mode skipped no cell anywhere: nothing was compared"
+    assert not any("did not run" in n for r in full_results.values() for n in r["notes"])
+
+
+def _uses_a_skipped_global(lab: str):
+    """(function, name, sample spec): a correct solution that reads a global only a skipped lab cell defines."""
+    from autograder.pipeline import defined_by, needed
+
+    nb = nbformat.read(str(ROOT / "labs" / lab / f"{lab}.ipynb"), as_version=4)
+    solutions = LabNotebook.read(ROOT / "solutions" / lab / f"{lab}.ipynb").solutions
+    needed_names = defined_by(nb, [grade_id(c) for c in nb.cells if c.cell_type == "code" and needed(c)])
+    available: list[str] = []
+    for cell in nb.cells:
+        if cell.cell_type != "code" or is_test(cell):
+            continue
+        if needed(cell) and grade_id(cell) in solutions and available:
+            function, name = grade_id(cell), available[0]
+            source = "\n".join(l for l in solutions[function].splitlines() if "### " not in l)
+            head, body = source.split("\n", 1)
+            return function, name, {"cells": {function: f"{head}\n    {name}  # a global from a demo cell\n{body}\n"}}
+        if not needed(cell):
+            available += sorted(n for n in defined_by(nb, [grade_id(cell)]) - needed_names - set(solutions)
+                                if n.isidentifier() and not n.startswith("_"))
+    return None
+
+
+@pytest.mark.slow
+def test_a_solution_reading_a_skipped_cells_global_gets_the_full_run(tmp_path):
+    from autograder.labs import LabFolder
+    from autograder.sample_submissions import write
+
+    found = _uses_a_skipped_global(LAB)
+    assert found, f"{LAB} has no lab cell before a solution that defines a global: the fallback is untested"
+    function, name, spec = found
+    write(LabFolder(ROOT, LAB), "reads_demo_global", spec, tmp_path / "subs")
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "autograder.cli", "--root", str(ROOT), "grade", str(tmp_path / "subs"), "--out",
+           str(out), "--quiet", "--cell-timeout", "60"]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads((out / "results.json").read_text())[0]
+    own = [t for t in result["tests"] if TESTS[LAB][t["test"]]["function"] == function]
+    assert own and all(t["status"] == "passed" for t in own), own
+    assert any(name in n and "whole notebook was run" in n for n in result["notes"]), result["notes"]
