@@ -5,6 +5,8 @@ measure its symptom, and the grader names it when a student's outputs match it.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -56,7 +58,9 @@ def _same_noise_for_every_example(calls) -> bool:
         mu, z = c.args[0], c.result
         if not (isinstance(z, torch.Tensor) and z.dim() >= 2 and z.shape[0] > 1 and z.shape == mu.shape):
             continue
-        if torch.equal(mu[0], mu[1]) and torch.equal(c.args[1][0], c.args[1][1]) and torch.equal(z[0], z[1]):
+        same_inputs = torch.equal(mu[0], mu[1]) and torch.equal(c.args[1][0], c.args[1][1])
+        # Noise was drawn (z is not mu itself) and it is the same draw for every example.
+        if same_inputs and torch.equal(z[0], z[1]) and not torch.equal(z[0], mu[0]):
             return True
     return False
 
@@ -95,6 +99,28 @@ def bce_on_sigmoid(x, x_logits, mu, logvar, beta=1.0):
 def elbo_not_negated(x, x_logits, mu, logvar, beta=1.0):
     recon = F.binary_cross_entropy_with_logits(x_logits, x, reduction="none").sum(dim=-1)
     return -(recon + beta * _kl(mu, logvar)).mean()  # the ELBO itself: minimising it maximises the loss
+
+
+# --- iwae_bound --------------------------------------------------------------------------------------
+def _log_weights(x, x_logits, z, mu, logvar):
+    """log w_k = log p(x | z_k) + log p(z_k) - log q(z_k | x), shape [k, B]: what every variant shares."""
+    log_px_z = -F.binary_cross_entropy_with_logits(x_logits, x.expand_as(x_logits), reduction="none")
+    log_pz = -0.5 * (z.pow(2) + math.log(2 * math.pi))
+    log_qz = -0.5 * ((z - mu).pow(2) / logvar.exp() + logvar + math.log(2 * math.pi))
+    return log_px_z.flatten(2).sum(-1) + (log_pz - log_qz).sum(-1)
+
+
+def iwae_mean_of_log_weights(x, x_logits, z, mu, logvar):
+    return _log_weights(x, x_logits, z, mu, logvar).mean(dim=0)  # the average of the logs: the ELBO again
+
+
+def iwae_naive_log_mean_exp(x, x_logits, z, mu, logvar):
+    log_w = _log_weights(x, x_logits, z, mu, logvar)
+    return log_w.exp().mean(dim=0).log()  # exp(-1000) is 0 in float32 and float64: log gives -inf
+
+
+def iwae_missing_log_k(x, x_logits, z, mu, logvar):
+    return torch.logsumexp(_log_weights(x, x_logits, z, mu, logvar), dim=0)  # a sum of k weights, not a mean
 
 
 BUGS = [
@@ -159,4 +185,22 @@ BUGS = [
         "the loss has the wrong sign; an optimiser minimising it makes reconstructions worse.",
         "return the batch mean of (reconstruction loss + beta * KL), both >= 0.",
         "Kingma & Welling 2014, Eq. 3", elbo_not_negated),
+    Bug("iwae_mean_of_log_weights", "iwae_bound", "the log-weights averaged instead of the weights",
+        "the mean over k of log w_k is the Monte Carlo ELBO, whatever k is: by Jensen's inequality it lies "
+        "below the importance-weighted bound, and it does not tighten as k grows.",
+        "average the weights inside the log: logsumexp over the k samples, minus log k.",
+        "Burda, Grosse & Salakhutdinov 2016, Eq. 8 and Theorem 1 (L_1 is the ELBO; L_k increases with k)",
+        iwae_mean_of_log_weights),
+    Bug("iwae_naive_log_mean_exp", "iwae_bound", "log(mean(exp(log_w))) computed directly",
+        "log-weights of a digit are hundreds of nats below 0; exp underflows to exactly 0 and the bound "
+        "comes back as -inf (and its gradient as NaN).",
+        "torch.logsumexp(log_w, dim=0) - math.log(k): it subtracts the maximum before exponentiating.",
+        "PyTorch docs: torch.logsumexp (numerically stabilized); Burda et al. 2016, Sec. 5",
+        iwae_naive_log_mean_exp),
+    Bug("iwae_missing_log_k", "iwae_bound", "logsumexp without the 1/k",
+        "logsumexp over k samples is the log of a sum, not of a mean: the result is too large by exactly "
+        "log k and is no longer a lower bound on log p(x).",
+        "subtract math.log(k), where k = z.shape[0].",
+        "Burda, Grosse & Salakhutdinov 2016, Eq. 8 (the 1/k inside the log)",
+        iwae_missing_log_k),
 ]
