@@ -93,3 +93,20 @@ def test_a_new_lab_folder_is_released_sampled_and_graded_with_no_other_edit(tmp_
     assert rows["reference", "double_value"]["status"] == "passed"
     assert rows["dummy_add_one", "double_value"]["status"] == "failed"
     assert float(rows["dummy_add_one", "double_value"]["score"]) == 0
+
+
+def test_the_student_package_never_imports_the_grader():
+    """Trust flows one way: genlab (installed by every student) must not depend on autograder."""
+    import ast
+
+    offenders = []
+    for path in sorted((ROOT / "shared" / "genlab").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            offenders += [f"{path.relative_to(ROOT)}:{node.lineno}" for n in names if n.split(".")[0] == "autograder"]
+    assert not offenders, f"genlab imports the grader at {offenders}"
+    run = subprocess.run([sys.executable, "-c", "import sys, genlab, genlab.testing.server, genlab.selfcheck, "
+                          "genlab.testing.diagnosis; print(sorted(m for m in sys.modules if m.startswith('autograder')))"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.stdout.strip() == "[]", run.stdout + run.stderr
