@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import nbformat
 
-from genlab.testing.notebook import grade_id, is_solution, nbgrader_meta
+from genlab.testing.notebook import grade_id, nbgrader_meta
 
 START = "<start>"
 
@@ -65,11 +65,11 @@ def assemble(student: nbformat.NotebookNode, release: nbformat.NotebookNode) -> 
     for cell in release.cells:
         gid = grade_id(cell)
         mine = by_id.get(gid)
-        if is_solution(cell):
+        if is_answer(cell):
             if mine is None:
                 notes.append(f"solution cell `{gid}` was missing; the empty template was graded")
                 mine = cell
-            else:
+            elif cell.cell_type == "code":
                 student_code.append((f"cell `{gid}`", mine.source))
             chosen = copy.deepcopy(mine)
             chosen.metadata["nbgrader"] = copy.deepcopy(nbgrader_meta(cell))
@@ -89,6 +89,11 @@ def assemble(student: nbformat.NotebookNode, release: nbformat.NotebookNode) -> 
             notes.append(f"cell `{gid}` is not part of this lab and was ignored")
     _unique_ids(out)
     return Assembled(out, notes, student_code)
+
+
+def is_answer(cell) -> bool:
+    """A cell the student writes: a solution's code, or a manually graded answer in markdown."""
+    return bool(nbgrader_meta(cell).get("solution"))
 
 
 def _unique_ids(nb) -> None:

@@ -1,4 +1,4 @@
-"""What a grading run writes: grades.csv, results.json, nbgrader's gradebook, and the feedback pages.
+"""What a grading run writes: grades.csv, results.json, nbgrader's gradebook, feedback pages, the class report.
 
 Every form of a result comes from the :class:`~autograder.results.Result` itself; this module only puts
 them in their files, and turns graded notebooks into nbgrader's feedback HTML.
@@ -15,6 +15,8 @@ from pathlib import Path
 import nbformat
 
 from autograder import gradebook
+from autograder.class_report import write_class_report
+from autograder.sanitize import inert_notebook, seal_pages
 from autograder.results import CSV_COLUMNS, Result
 
 
@@ -69,7 +71,7 @@ def write_feedback(out: Path, db_url: str, results, labs) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         nb = copy.deepcopy(r.notebook)
         nb.cells.insert(0, _summary_cell(r))
-        nbformat.write(nb, str(path))
+        nbformat.write(inert_notebook(nb), str(path))  # the feedback is rendered from it
     c = Config()
     c.CourseDirectory.root = str(out)
     c.CourseDirectory.db_url = db_url
@@ -85,6 +87,7 @@ def write_feedback(out: Path, db_url: str, results, labs) -> None:
         converter.log.setLevel(logging.ERROR)
         converter.start()
     _write_reason_pages(out, results)
+    seal_pages(out / "feedback")  # no student script runs when a page is opened (autograder.sanitize)
 
 
 def write_outputs(root: Path, out: Path, results: list[Result], labs: list[str], db_url: str | None = None) -> None:
@@ -99,3 +102,4 @@ def write_outputs(root: Path, out: Path, results: list[Result], labs: list[str],
     db_url = db_url or f"sqlite:///{out / 'gradebook.db'}"
     gradebook.record(db_url, root, labs, results, out / ".release")
     write_feedback(out, db_url, results, labs)
+    write_class_report(out, db_url)  # class-report.html and .csv: from the gradebook and results.json

@@ -12,6 +12,7 @@ import hashlib
 import shutil
 import sys
 import tempfile
+import time
 import traceback
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -76,6 +77,7 @@ class Kernels:
     def take(self) -> KernelSession:
         spare, self._spare = self._spare, None
         session = spare.result() if spare is not None else self._start()
+        session.started_at = time.monotonic()  # the notebook's time limit counts from now, not from the boot
         if self.run.prestart:
             self._spare = self._starter.submit(self._start)
         return session

@@ -110,6 +110,8 @@ class ReferenceKernel:
             self.session.run_cell(self.lab.source.setup_source)
             for source in self.lab.source.solutions.values():
                 self.session.run_cell(source)
+        # It serves every notebook this worker grades: only the limit per call applies, not a notebook's.
+        self.session.started_at = time.monotonic()
         return self.session.request(header, encoder)
 
     def shutdown(self):

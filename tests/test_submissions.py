@@ -89,3 +89,15 @@ def test_cells_added_after_an_unknown_cell_are_kept():
     out = assemble(student, release)
     assert [c.source for c in out.nb.cells] == ["pass", "x = 2"]
     assert any("not part of this lab" in n for n in out.notes)
+
+
+def test_a_manually_graded_markdown_answer_is_kept():
+    """nbgrader's "manually graded answer" cells are the student's: the instructor must see their text."""
+    meta = {"grade_id": "derivation", "solution": True, "grade": True, "points": 2, "locked": False}
+    release = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("YOUR ANSWER HERE",
+                                                                            metadata={"nbgrader": meta})])
+    student = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("KL = log(s2/s1) + ...",
+                                                                            metadata={"nbgrader": dict(meta)})])
+    assembled = assemble(student, release)
+    assert assembled.nb.cells[0].source == "KL = log(s2/s1) + ..."
+    assert not assembled.notes

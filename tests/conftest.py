@@ -1,0 +1,125 @@
+"""Shared fixtures. ``jupyter_lab``: a real JupyterLab server for the browser tests (tests/test_browser.py)."""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+GRADED = ["reference", "bug_kl_sign_flipped"]   # the Lab 1 samples ``graded`` grades (and one more, below)
+
+# JupyterLab user settings for the test server: every cell in the page (no virtual scrolling, so the test
+# can read all outputs), cell timings recorded, and no news or update pop-ups covering the notebook.
+LAB_SETTINGS = {
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none", "recordTiming": True},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
+                                                                       "checkForUpdates": False},
+}
+
+
+@dataclass
+class JupyterLab:
+    url: str            # http://127.0.0.1:PORT
+    token: str
+    root: Path          # the server's root folder: notebooks are put there through the contents API
+
+    def page_url(self, path: str, workspace: str = "default") -> str:
+        """The notebook at ``path`` in a workspace of its own: no tabs restored from another test."""
+        return f"{self.url}/lab/workspaces/{workspace}/tree/{path}?token={self.token}"
+
+    def api(self, method: str, path: str, body: dict | None = None) -> dict:
+        request = urllib.request.Request(
+            f"{self.url}/api/{path}", method=method, data=json.dumps(body).encode() if body is not None else None,
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            text = reply.read()
+        return json.loads(text) if text else {}
+
+    def put_notebook(self, path: str, nb) -> None:
+        """Saves ``nb`` at ``path`` (folders created) through the server's contents API, as a browser would."""
+        parts = path.split("/")
+        for i in range(1, len(parts)):
+            self.api("PUT", "contents/" + "/".join(parts[:i]), {"type": "directory"})
+        self.api("PUT", f"contents/{path}", {"type": "notebook", "format": "json", "content": nb})
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def jupyter_lab(tmp_path_factory) -> JupyterLab:
+    """JupyterLab on a free loopback port, with a random token, its own settings and an empty root folder;
+    stopped (kernels included) at the end of the session. Kernels see ``GENLAB_ROOT`` (the checkout), so
+    ``genlab.check`` finds the lab and its catalogue."""
+    base = tmp_path_factory.mktemp("jupyterlab")
+    root, settings = base / "root", base / "settings"
+    root.mkdir()
+    for name, value in LAB_SETTINGS.items():
+        (settings / name).parent.mkdir(parents=True, exist_ok=True)
+        (settings / name).write_text(json.dumps(value))
+    port, token = _free_port(), secrets.token_hex(16)
+    env = {**os.environ, "GENLAB_ROOT": str(ROOT), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+           "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+           "JUPYTERLAB_SETTINGS_DIR": str(settings), "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces"),
+           "JUPYTER_RUNTIME_DIR": str(base / "runtime")}
+    log = (base / "server.log").open("w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+         f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+         f"--ServerApp.root_dir={root}", "--ServerApp.allow_root=True"],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    lab = JupyterLab(f"http://127.0.0.1:{port}", token, root)
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            lab.api("GET", "status")
+            break
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                raise RuntimeError(f"JupyterLab did not start: {(base / 'server.log').read_text()[-3000:]}")
+            time.sleep(0.5)
+    try:
+        yield lab
+    finally:
+        server.terminate()  # SIGTERM: the server shuts its kernels down before exiting
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, 9)  # its own session: the server and the kernels it started
+            server.wait()
+        log.close()
+
+
+@pytest.fixture(scope="session")
+def graded_class(tmp_path_factory) -> Path:
+    """A few Lab 1 samples graded through the command line (``genlab grade``), and the class report written
+    from the output: what tests/test_class_report.py checks and tests/test_browser.py opens in the browser."""
+    base = tmp_path_factory.mktemp("graded")
+    submissions, out = base / "submitted", base / "out"
+    for student in GRADED:
+        shutil.copytree(ROOT / "autograder" / "samples" / student / "lab1_vae", submissions / student / "lab1_vae")
+    # a student name a page must escape, not run
+    shutil.copytree(ROOT / "autograder" / "samples" / "reference" / "lab1_vae",
+                    submissions / "<img src=x onerror=alert(1)>" / "lab1_vae")
+    cmd = [sys.executable, "-m", "autograder.cli", "--root", str(ROOT), "grade", str(submissions), "--out", str(out),
+           "--workers", "2", "--lab", "lab1_vae", "--cell-timeout", "60"]
+    if shutil.which("bwrap") is None:
+        cmd.append("--unsafe")  # these are the course's own samples; the sandbox has tests of its own
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (out / "class-report.html").exists(), "genlab grade writes the class report"
+    return out

@@ -1,0 +1,81 @@
+"""The class report (autograder/class_report.py) on real graded output: a few Lab 1 samples graded by
+``genlab grade`` (the ``graded_class`` fixture). Each figure of the report is recounted here from ``results.json``
+and the gradebook, by another route, and the page must be safe to open."""
+from __future__ import annotations
+
+import csv
+import json
+import re
+from collections import defaultdict
+
+import pytest
+
+from autograder.class_report import write_class_report
+from autograder.gradebook import totals
+from genlab.catalog import bugs_for
+
+pytestmark = pytest.mark.slow
+
+
+def _rows(out):
+    with (out / "class-report.csv").open() as f:
+        return list(csv.DictReader(f))
+
+
+def test_scores_are_the_gradebook_totals(graded_class):
+    scores = {r["name"]: float(r["count"]) for r in _rows(graded_class) if r["kind"] == "score"}
+    assert scores == {s: v for (s, lab), v in totals(f"sqlite:///{graded_class / 'gradebook.db'}").items()
+                      if lab == "lab1_vae"}
+
+
+def test_pass_rates_and_bug_frequencies_recounted_from_results(graded_class):
+    results = json.loads((graded_class / "results.json").read_text())
+    passed, diagnosed = defaultdict(int), defaultdict(set)
+    for r in results:
+        tampered = any(t["status"] == "tampered" for t in r["tests"])  # void verdicts: not counted as bugs
+        for t in r["tests"]:
+            passed[t["test"]] += t["status"] == "passed"
+            for bug_id in [] if tampered else t["diagnosis"]:
+                diagnosed[bug_id].add(r["student"])
+    rows = _rows(graded_class)
+    tests = {r["name"]: r for r in rows if r["kind"] == "test_passed"}
+    for test, count in passed.items():
+        assert (int(tests[test]["count"]), int(tests[test]["of"])) == (count, len(results)), test
+    bugs = {r["name"]: r for r in rows if r["kind"] == "bug"}
+    # every catalogued bug has a row, 0% included, with the function it belongs to
+    assert {b.id: b.function for b in bugs_for("lab1_vae")} == {k: v["function"] for k, v in bugs.items()
+                                                                if k in {b.id for b in bugs_for("lab1_vae")}}
+    for bug_id, row in bugs.items():
+        who = diagnosed.get(bug_id, set())
+        assert int(row["count"]) == len(who) and set(filter(None, row["students"].split(";"))) == who, bug_id
+    # the sample with the flipped KL is named, and is 1 student of the class
+    assert bugs["kl_sign_flipped"]["students"] == "bug_kl_sign_flipped"
+    assert float(bugs["kl_sign_flipped"]["percent"]) == round(100 / len(results), 1)
+
+
+def test_grading_time_per_notebook(graded_class):
+    results = {r["student"]: r["seconds"] for r in json.loads((graded_class / "results.json").read_text())}
+    times = {r["name"]: float(r["count"]) for r in _rows(graded_class) if r["kind"] == "seconds"}
+    assert times == pytest.approx(results) and all(v > 0 for v in times.values())
+
+
+def test_page_is_static_and_escaped(graded_class):
+    page = (graded_class / "class-report.html").read_text()
+    assert "<script" not in page.lower() and "<img src=x" not in page  # the student named <img src=x ...>
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert "Content-Security-Policy" in page
+    assert not re.search(r"""(src|href)=["']?(https?:|//)""", page), "the page must not load anything"
+    assert len(re.findall(r'src="data:image/png;base64,', page)) >= 4  # scores, pass rates, bugs, times
+
+
+def test_sharded_results_combine(graded_class, tmp_path):
+    """Two machines' results.json, one gradebook: the report covers every student once."""
+    results = json.loads((graded_class / "results.json").read_text())
+    half = len(results) // 2
+    files = []
+    for i, part in enumerate((results[:half], results[half:])):
+        files.append(tmp_path / f"shard{i}.json")
+        files[-1].write_text(json.dumps(part))
+    (tmp_path / "gradebook.db").write_bytes((graded_class / "gradebook.db").read_bytes())
+    write_class_report(tmp_path, results_files=files)
+    assert _rows(tmp_path) == _rows(graded_class)
