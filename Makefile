@@ -43,5 +43,11 @@ lab: venv  ## JupyterLab on the student notebooks
 screenshots: venv  ## regenerate docs/screenshots/ (each lab's widget in JupyterLab, from the browser tests)
 	GENLAB_SCREENSHOTS=$(CURDIR)/docs/screenshots $(PY) -m pytest -q -p no:cacheprovider tests/test_browser.py -k widget
 
+.PHONY: gpu-check
+# No venv dependency: a GPU machine brings its own CUDA torch (GPU_PYTHON=python in a conda env); the venv's
+# CPU torch is enough for ARGS=--dry-run, which lists the checks on any machine.
+gpu-check:  ## everything a GPU machine should prove, one command (.ci/gpu-check); writes gpu-report.md
+	$(or $(GPU_PYTHON),$(wildcard $(PY)),$(PYTHON)) .ci/gpu-check $(ARGS)
+
 clean:
 	rm -rf out .pytest_cache

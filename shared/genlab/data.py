@@ -24,7 +24,8 @@ import os
 import torch
 import torch.nn.functional as F
 
-__all__ = ["load_digits", "sample_image", "to_unit_range", "to_signed_range", "load_smiles"]
+__all__ = ["load_digits", "rotate_digits", "sample_image", "to_unit_range", "to_signed_range", "load_smiles",
+           "samples_dir", "save_samples", "load_samples", "photo_crops"]
 
 
 # ---------------------------------------------------------------------------
@@ -63,6 +64,20 @@ def load_digits(as_tensor: bool = True, dtype: torch.dtype = torch.float32, flat
 # ---------------------------------------------------------------------------
 
 _SAMPLE_IMAGES = ("china", "flower")
+
+
+def rotate_digits(images: torch.Tensor, quarter_turns: int = 1) -> torch.Tensor:
+    """Digits turned by ``quarter_turns`` x 90 degrees counter-clockwise, in the layout they came in.
+
+    A domain shift for fine-tuning (Lab 4): the pixels are the same, their places are not, so every layer
+    of a network trained on upright digits has to change, not only its classifier head.
+    Accepts ``[N, 64]`` (flat) or ``[N, 1, 8, 8]`` images.
+    """
+    if images.shape[-1] == 64 and images.dim() == 2:
+        return torch.rot90(images.reshape(-1, 8, 8), quarter_turns, dims=(1, 2)).reshape(-1, 64)
+    if images.shape[-2:] == (8, 8):
+        return torch.rot90(images, quarter_turns, dims=(-2, -1))
+    raise ValueError(f"rotate_digits: expected digits of shape [N, 64] or [N, 1, 8, 8], got {tuple(images.shape)}")
 
 
 def to_unit_range(x: torch.Tensor) -> torch.Tensor:
@@ -121,6 +136,31 @@ def sample_image(name: str = "china", size: int = 64, gray: bool = False) -> tor
     img = F.interpolate(img[None], size=(size, size), mode="bilinear", antialias=True, align_corners=False)[0]
     # The filter can overshoot by a hair; clamp so the documented range holds exactly.
     return to_signed_range(img.clamp(0.0, 1.0)).contiguous()
+
+
+def photo_crops(count: int = 600, size: int = 96, seed: int = 0):
+    """``count`` random ``size`` x ``size`` crops of scikit-learn's two sample photos, as uint8 ``[count, size, size, 3]``.
+
+    Raw pixels, no resizing: the FID lab resizes them itself to compare filters (PIL vs torch, antialias, JPEG).
+    Half the crops come from each photo; positions are drawn with a seeded generator, so the set is reproducible.
+    """
+    import numpy as np
+    from sklearn.datasets import load_sample_image
+
+    if not (isinstance(count, int) and count > 0 and isinstance(size, int) and size > 0):
+        raise ValueError(f"photo_crops: expected positive ints count and size, got count={count!r}, size={size!r}.")
+    photos = [load_sample_image(f"{name}.jpg") for name in _SAMPLE_IMAGES]  # uint8 [427, 640, 3] each
+    h, w = min(p.shape[0] for p in photos), min(p.shape[1] for p in photos)
+    if size > min(h, w):
+        raise ValueError(f"photo_crops: size {size} exceeds the photos' {h}x{w} pixels; use a smaller size.")
+    rng = np.random.default_rng(seed)
+    crops = []
+    for i in range(count):
+        photo = photos[i % len(photos)]
+        top = int(rng.integers(0, photo.shape[0] - size + 1))
+        left = int(rng.integers(0, photo.shape[1] - size + 1))
+        crops.append(photo[top:top + size, left:left + size])
+    return np.stack(crops)
 
 
 # ---------------------------------------------------------------------------
@@ -209,3 +249,59 @@ def load_smiles(max_count: int | None = None, max_len: int | None = None) -> lis
     if max_count is not None:
         smiles = smiles[:max_count]
     return list(smiles)
+
+
+# ---------------------------------------------------------------------------
+# Generated samples, saved by one lab and scored by another
+# ---------------------------------------------------------------------------
+
+def samples_dir() -> "os.PathLike":
+    """Where generated samples are kept: ``$GENLAB_SAMPLES``, else ``~/.cache/genlab/samples``."""
+    from pathlib import Path
+
+    return Path(os.environ.get("GENLAB_SAMPLES") or Path.home() / ".cache" / "genlab" / "samples")
+
+
+def save_samples(images: torch.Tensor, name: str, metadata: dict | None = None, folder=None):
+    """Saves generated images as ``<folder>/<name>.safetensors`` so a later lab can score them (FID, Lab 5).
+
+    Args:
+        images: ``[N, C, H, W]`` in ``[0, 1]`` (the digits' convention; call :func:`to_unit_range` on
+            diffusion outputs first). Values outside ``[0, 1]`` or non-finite raise: a metric fed them would
+            report a number about the bug, not about the model.
+        name: file stem, e.g. ``"lab2_ddpm_linear"``.
+        metadata: strings saved beside the tensor (how the samples were made).
+        folder: defaults to :func:`samples_dir`.
+
+    Returns:
+        the path written.
+    """
+    from pathlib import Path
+
+    from safetensors.torch import save_file
+
+    if not (isinstance(images, torch.Tensor) and images.dim() == 4):
+        raise ValueError(f"save_samples: expected images of shape [N, C, H, W], got "
+                         f"{getattr(images, 'shape', type(images).__name__)}")
+    if not torch.isfinite(images).all() or images.min() < 0 or images.max() > 1:
+        raise ValueError("save_samples: expected finite values in [0, 1] (use to_unit_range), got min "
+                         f"{images.min().item():.3g}, max {images.max().item():.3g}")
+    path = Path(folder or samples_dir()) / f"{name}.safetensors"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = {str(k): str(v) for k, v in (metadata or {}).items()}
+    save_file({"images": images.detach().to("cpu", torch.float32).contiguous()}, str(path), metadata=meta)
+    return path
+
+
+def load_samples(name: str, folder=None) -> tuple[torch.Tensor, dict]:
+    """The images and metadata :func:`save_samples` wrote under ``name``."""
+    from pathlib import Path
+
+    from safetensors import safe_open
+
+    path = Path(folder or samples_dir()) / f"{name}.safetensors"
+    if not path.exists():
+        raise FileNotFoundError(f"load_samples: no samples named {name!r} in {path.parent}; run the lab that "
+                                "generates them first (Lab 2 saves 'lab2_ddpm_linear')")
+    with safe_open(str(path), framework="pt") as f:
+        return f.get_tensor("images"), dict(f.metadata() or {})

@@ -37,7 +37,7 @@ class TinyDenoiser(nn.Module):
     touching the global random generator.
     """
 
-    def __init__(self, dim: int = 64, hidden: int = 256, time_dim: int = 32, seed: int = 0):
+    def __init__(self, dim: int = 64, hidden: int = 128, time_dim: int = 32, seed: int = 0):
         super().__init__()
         self.config = {"dim": dim, "hidden": hidden, "time_dim": time_dim, "seed": seed}
         with torch.random.fork_rng(devices=[]):

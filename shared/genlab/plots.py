@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["show_images", "plot_curves", "heatmap", "image_grid"]
+__all__ = ["show_images", "plot_curves", "plot_loglog", "heatmap", "image_grid"]
 
 
 def _plt():
@@ -192,4 +192,17 @@ def heatmap(matrix, xlabels=None, ylabels=None, title: str | None = None, ax=Non
         ax.set_yticks(range(len(ylabels)), [str(s) for s in ylabels])
     if title:
         ax.set_title(title)
+    return fig
+
+
+def plot_loglog(x, curves: Mapping[str, Sequence[float]], xlabel: str = "N", ylabel: str = "value",
+                title: str | None = None, ax=None):
+    """Curves on log-log axes, with markers: a power law (bias ~ c / N) is a straight line of slope -1."""
+    fig = plot_curves(x, curves, xlabel=xlabel, ylabel=ylabel, title=title, ax=ax)
+    ax = fig.axes[0] if ax is None else ax
+    for line in ax.get_lines():
+        line.set_marker("o")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.legend()
     return fig

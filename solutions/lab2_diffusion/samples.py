@@ -1,4 +1,4 @@
-"""Sample submissions for Lab 2 (forward diffusion): correct variants and one per catalogued bug.
+"""Sample submissions for Lab 2 (diffusion): correct variants and one per catalogued bug.
 
 ``CELLS[name]`` maps a solution cell's grade_id to the full source a student might write; cells not listed
 keep the reference solution. ``EXPECTED[name]`` is what the grader must conclude: full marks, or the
@@ -6,6 +6,7 @@ catalogued bug (``genlab.catalog.lab2_diffusion``) the function's tests must fai
 Student folders are ``lab2_<name>`` (``reference`` is shared with the other labs). Format:
 :mod:`autograder.sample_submissions`.
 """
+from autograder.sample_submissions import bug_cell
 
 CELLS = {
     "reference": {},
@@ -124,6 +125,45 @@ def make_beta_schedule(kind, num_steps, beta_start=1e-4, beta_end=0.02, s=0.008,
 def alpha_bar_from_betas(betas):
     return torch.cumprod(1 - betas.half(), dim=0).to(betas.dtype)
 '''},
+    "half_precision_coefficients": {"q_sample": bug_cell("lab2_diffusion", "half_precision_coefficients")},
+
+    # --- the reverse process: correct alternatives ----------------------------------------------------
+    "posterior_padded_table": {"q_posterior": '''
+def q_posterior(x0, xt, t, betas, alpha_bar):
+    if (t < 0).any() or (t >= len(alpha_bar)).any():
+        raise IndexError("t out of range")
+    alpha_bar, betas = alpha_bar.to(x0.device), betas.to(x0.device)
+    alpha_bar_prev = torch.cat([alpha_bar.new_ones(1), alpha_bar[:-1]])     # alpha_bar_{-1} = 1
+    shape = [-1] + [1] * (x0.dim() - 1)
+    a, a_prev, b = alpha_bar[t], alpha_bar_prev[t], betas[t]
+    var = b * (1 - a_prev) / (1 - a)
+    mean = (a_prev.sqrt() * b / (1 - a)).reshape(shape).to(x0.dtype) * x0 \\
+        + ((1 - b).sqrt() * (1 - a_prev) / (1 - a)).reshape(shape).to(x0.dtype) * xt
+    return mean, var.reshape(shape).to(x0.dtype)
+'''},
+    "loss_functional_mse": {"ddpm_loss": '''
+def ddpm_loss(model, x0, t, noise, alpha_bar):
+    x_t = q_sample(x0, t, noise, alpha_bar)
+    return torch.nn.functional.mse_loss(model(x_t, t), noise)
+'''},
+    "step_eps_form": {"p_sample_step": '''
+def p_sample_step(model, xt, t, betas, alpha_bar, noise):
+    # Ho et al. eq. 11: mean = (x_t - beta_t / sqrt(1 - alpha_bar_t) * eps) / sqrt(alpha_t)
+    shape = [-1] + [1] * (xt.dim() - 1)
+    a = alpha_bar.to(xt.device)[t]
+    b = betas.to(xt.device)[t]
+    a_prev = torch.where(t > 0, alpha_bar.to(xt.device)[(t - 1).clamp(min=0)], torch.ones_like(a))
+    eps = model(xt, t)
+    mean = (xt - (b / (1 - a).sqrt()).reshape(shape).to(xt.dtype) * eps) / (1 - b).sqrt().reshape(shape).to(xt.dtype)
+    sigma = (b * (1 - a_prev) / (1 - a)).sqrt().reshape(shape).to(xt.dtype)
+    return mean + sigma * noise * (t > 0).reshape(shape).to(xt.dtype)
+'''},
+
+    # --- the reverse process: one sample per catalogued bug ---------------------------------------------
+    "alpha_bar_prev_wraps": {"q_posterior": bug_cell("lab2_diffusion", "alpha_bar_prev_wraps")},
+    "x0_as_target": {"ddpm_loss": bug_cell("lab2_diffusion", "x0_as_target")},
+    "alpha_bar_in_mean": {"p_sample_step": bug_cell("lab2_diffusion", "alpha_bar_in_mean")},
+    "variance_as_std": {"p_sample_step": bug_cell("lab2_diffusion", "variance_as_std")},
 }
 
 FULL = {"full": True}
@@ -144,7 +184,18 @@ EXPECTED = {
     "unclipped_cosine": _bug("unclipped_cosine", "make_beta_schedule"),
     "scaled_linear_typo": _bug("scaled_linear_typo", "make_beta_schedule"),
     "low_precision_alpha_bar": _bug("low_precision_alpha_bar", "alpha_bar_from_betas"),
+    "half_precision_coefficients": _bug("half_precision_coefficients", "q_sample"),
+    "posterior_padded_table": FULL, "loss_functional_mse": FULL, "step_eps_form": FULL,
+    "alpha_bar_prev_wraps": _bug("alpha_bar_prev_wraps", "q_posterior"),
+    "x0_as_target": _bug("x0_as_target", "ddpm_loss"),
+    "alpha_bar_in_mean": _bug("alpha_bar_in_mean", "p_sample_step"),
+    "variance_as_std": _bug("variance_as_std", "p_sample_step"),
 }
+
+# A bug in q_sample also fails ddpm_loss's tests (it noises with your q_sample); one in q_posterior fails
+# p_sample_step's (the reference's step calls it); the visible tests of both build alpha_bar with your
+# alpha_bar_from_betas.
+DEPENDS = {"ddpm_loss": ["q_sample", "alpha_bar_from_betas"], "p_sample_step": ["q_posterior", "alpha_bar_from_betas"]}
 
 
 def _student(name: str) -> str:

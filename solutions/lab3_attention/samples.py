@@ -11,6 +11,7 @@ MASK_HEAD = "def causal_mask(t_q, t_k, device=None):\n"
 ATTN_HEAD = "def causal_attention(q, k, v, dropout_p=0.0, training=True):\n"
 SPLIT_HEAD = "def split_heads(x, n_heads):\n"
 TOKEN_HEAD = "def tokenize_smiles(smiles):\n"
+WEIGHTS_HEAD = "def causal_attention_weights(q, k):\n"
 
 
 SAMPLES: dict[str, dict] = {
@@ -58,6 +59,17 @@ SAMPLES: dict[str, dict] = {
         "            raise ValueError(f'unexpected character {smiles[i]!r} at position {i}')\n"
         "    return out\n",
     }},
+    # weights softmaxed in float32 for half inputs, masked with finfo.min (exactly 0 after exp in float32)
+    "lab3_variant_weights_finfo_float32": {"expect": {"full": True}, "cells": {
+        "causal_attention_weights": WEIGHTS_HEAD +
+        "    scores = torch.einsum('bhqd,bhkd->bhqk', q, k) * q.shape[-1] ** -0.5\n"
+        "    t_q, t_k = scores.shape[-2:]\n"
+        "    i = torch.arange(t_q, device=q.device)[:, None]\n"
+        "    j = torch.arange(t_k, device=q.device)[None, :]\n"
+        "    scores = scores.masked_fill(j > i + (t_k - t_q), torch.finfo(scores.dtype).min)\n"
+        "    wide = torch.promote_types(scores.dtype, torch.float32)\n"
+        "    return scores.softmax(dim=-1, dtype=wide).to(q.dtype)\n",
+    }},
     "lab3_variant_own_mask_sdpa": {"expect": {"full": True}, "cells": {
         "causal_attention": ATTN_HEAD +
         "    mask = causal_mask(q.shape[-2], k.shape[-2], device=q.device)\n"
@@ -81,6 +93,7 @@ SAMPLES: dict[str, dict] = {
 }
 
 BUG_SAMPLES = {
+    "missing_scale": "causal_attention_weights", "softmax_over_queries": "causal_attention_weights",
     "triu_diagonal_zero": "causal_mask", "transposed_mask": "causal_mask",
     "is_causal_top_left": "causal_attention", "masked_fill_minus_1e9": "causal_attention",
     "dropout_ignores_training": "causal_attention",
@@ -93,3 +106,6 @@ for _bug_id, _function in BUG_SAMPLES.items():
 
 # The reference student hands in every lab (its folder is shared with Labs 1 and 2).
 SAMPLES["reference"] = {"cells": {}, "expect": {"full": True}}
+
+# The reference causal_attention is built on causal_attention_weights: a bug there costs both functions' tests.
+DEPENDS = {"causal_attention": ["causal_attention_weights"]}

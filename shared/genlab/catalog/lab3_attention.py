@@ -26,6 +26,22 @@ def transposed_mask(t_q, t_k, device=None):
     return torch.ones(t_k, t_q, dtype=torch.bool, device=device).tril(diagonal=t_q - t_k).T
 
 
+# --- causal_attention_weights ------------------------------------------------------------------------------
+def missing_scale(q, k):
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    allowed = torch.ones(t_q, t_k, dtype=torch.bool, device=q.device).tril(diagonal=t_k - t_q)
+    scores = q @ k.transpose(-2, -1)  # no 1 / sqrt(D): the logits have variance D and the softmax saturates
+    return scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
+
+
+def softmax_over_queries(q, k):
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    allowed = torch.ones(t_q, t_k, dtype=torch.bool, device=q.device).tril(diagonal=t_k - t_q)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    # dim=-2 normalises each KEY over the queries: columns sum to 1, rows (what a query averages with) do not
+    return scores.masked_fill(~allowed, float("-inf")).softmax(dim=-2)
+
+
 # --- causal_attention --------------------------------------------------------------------------------------
 def is_causal_top_left(q, k, v, dropout_p=0.0, training=True):
     # is_causal=True builds a TOP-LEFT aligned mask: with T_q < T_k the last query sees only the first keys
@@ -98,7 +114,9 @@ def findall_drops_unmatched(smiles):
 BUGS = [
     Bug("triu_diagonal_zero", "causal_mask", "triu with the wrong diagonal (the token cannot see itself)",
         "the future-mask torch.triu(ones, diagonal=0) also hides the diagonal: the first query of a square mask "
-        "may attend no key at all, its softmax row is 0/0 and the output is NaN.",
+        "may attend no key at all. A hand-written softmax of that row is NaN (-inf - (-inf)); "
+        "F.scaled_dot_product_attention on CPU instead returns a row of zeros, silently, which is the attention "
+        "of no key. Every other query loses its own token.",
         "mask out only j > i + (t_k - t_q): torch.ones(t_q, t_k).tril(diagonal=t_k - t_q) is what may attend "
         "(or triu(diagonal=t_k - t_q + 1) is what is hidden).",
         "PyTorch docs: torch.triu / torch.tril (the diagonal argument); Vaswani et al. 2017, Sec. 3.2.3",
@@ -110,6 +128,20 @@ BUGS = [
         "Vaswani et al. 2017, Sec. 3.2.3 (masking out illegal connections); PyTorch docs: "
         "F.scaled_dot_product_attention (attn_mask shape (L, S), L = target length)",
         transposed_mask),
+    Bug("missing_scale", "causal_attention_weights", "scores not divided by sqrt(D)",
+        "without the 1/sqrt(D) scale the logits q.k have variance D instead of 1: for D = 64 the softmax is "
+        "nearly one-hot (its entropy collapses) and its gradient vanishes; the weights still sum to 1, so "
+        "nothing raises.",
+        "divide the scores by math.sqrt(q.shape[-1]) before masking and the softmax.",
+        "Vaswani et al. 2017, Sec. 3.2.1 (scaled dot-product attention, footnote 4: the variance of q.k is d_k)",
+        missing_scale),
+    Bug("softmax_over_queries", "causal_attention_weights", "softmax over the queries (dim=-2)",
+        "softmax(dim=-2) normalises over the queries: each key's column sums to 1, each query's row does not, "
+        "so the output is not a weighted average of the values; it still runs and has the right shape.",
+        "the weights of one query are a distribution over the keys: softmax(dim=-1) on [B, H, T_q, T_k].",
+        "labmlai/annotated_deep_learning_paper_implementations issue #146 (DDPM UNet attention, softmax on "
+        "the wrong axis); PyTorch docs: torch.softmax (dim)",
+        softmax_over_queries),
     Bug("is_causal_top_left", "causal_attention", "SDPA is_causal=True with T_q < T_k (top-left mask)",
         "PyTorch's is_causal=True aligns the mask top-left: with a KV cache (T_q < T_k) the new queries see "
         "only the first T_q keys, e.g. one decoded token attends key 0 only. Right when T_q == T_k.",

@@ -146,6 +146,9 @@ def write_message(path: Path, header: dict, encoder: Encoder) -> None:
     """Writes ``path.json`` and ``path.safetensors``; the JSON is written last, so it marks completion."""
     path = Path(path)
     save_file(encoder.tensors, str(path.with_suffix(".safetensors")))
+    # safetensors writes mode 600; the grader (root) and the kernel (the unprivileged user autograder.sandbox
+    # drops to) are different users, in a folder only the kernel user and root can enter (mode 700).
+    os.chmod(path.with_suffix(".safetensors"), 0o644)
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(header))
     os.replace(tmp, path.with_suffix(".json"))

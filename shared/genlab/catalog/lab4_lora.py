@@ -1,0 +1,201 @@
+"""Known bugs of Lab 4 (LoRA from scratch), each as the code that makes it.
+
+Every entry is a mistake found in real LoRA code; the lab's failure-modes cells reproduce each one and
+measure its symptom, and the grader names it when a student's outputs match it.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from genlab.catalog import Bug
+
+
+# --- lora_init -----------------------------------------------------------------------------------------------
+def random_b_init(in_features, out_features, r, *, generator=None, dtype=None, device=None):
+    bound = 1.0 / math.sqrt(in_features)
+    A = torch.empty(r, in_features, dtype=dtype, device=device).uniform_(-bound, bound, generator=generator)
+    # B drawn like A (peft's init_lora_weights=False, "for debugging"): B A != 0 before the first step
+    bound_b = 1.0 / math.sqrt(r)
+    B = torch.empty(out_features, r, dtype=dtype, device=device).uniform_(-bound_b, bound_b, generator=generator)
+    return A, B
+
+
+def zero_init_both(in_features, out_features, r, *, generator=None, dtype=None, device=None):
+    # "start at the pretrained model" taken one step too far: with A = B = 0 no gradient ever reaches either
+    A = torch.zeros(r, in_features, dtype=dtype, device=device)
+    B = torch.zeros(out_features, r, dtype=dtype, device=device)
+    return A, B
+
+
+def _b_not_zero(calls) -> bool:
+    """lora_init returned a B with non-zero entries (the shapes right, so the student meant B)."""
+    for c in calls:
+        if c.kind != "call" or c.error or not isinstance(c.result, (tuple, list)) or len(c.result) != 2:
+            continue
+        A, B = c.result
+        if isinstance(A, torch.Tensor) and isinstance(B, torch.Tensor) and B.dim() == 2 and B.numel() \
+                and A.abs().sum() > 0 and B.abs().sum() > 0:
+            return True
+    return False
+
+
+# --- lora_scaling ------------------------------------------------------------------------------------------
+def alpha_not_divided(alpha, r, rslora=False):
+    return alpha  # alpha where alpha / r is meant: the update grows r times with the rank
+
+
+# --- lora_forward ------------------------------------------------------------------------------------------
+def dropout_ignores_training(x, weight, bias, A, B, scaling, dropout_p=0.0, training=False):
+    # F.dropout's own `training` defaults to True: without passing it, dropout also runs in eval
+    return F.linear(x, weight, bias) + scaling * F.linear(F.linear(F.dropout(x, dropout_p), A), B)
+
+
+def _dropout_in_eval(calls) -> bool:
+    """Called with training=False and dropout_p > 0, the output is not the deterministic LoRA output."""
+    deterministic_ok, dropped_in_eval = True, False
+    for c in calls:
+        if c.kind != "call" or c.error or len(c.args) < 6 or not isinstance(c.result, torch.Tensor):
+            continue
+        x, weight, bias, A, B, scaling = c.args[:6]
+        p = c.args[6] if len(c.args) > 6 else c.kwargs.get("dropout_p", 0.0)
+        training = c.args[7] if len(c.args) > 7 else c.kwargs.get("training", False)
+        if (p > 0 and training) or x.dtype in (torch.float16, torch.bfloat16):
+            continue  # random by design, or too coarse to tell a dropped entry from rounding
+        d = torch.float64
+        expected = F.linear(x.to(d), weight.to(d), None if bias is None else bias.to(d)) \
+            + scaling * F.linear(F.linear(x.to(d), A.to(d)), B.to(d))
+        ok = c.result.shape == expected.shape and torch.allclose(c.result.double(), expected, rtol=1e-2, atol=1e-2)
+        if p > 0:
+            dropped_in_eval |= not ok
+        else:
+            deterministic_ok &= ok
+    return dropped_in_eval and deterministic_ok
+
+
+# --- merge_lora --------------------------------------------------------------------------------------------
+def merge_in_low_precision(weight, A, B, scaling):
+    return weight + scaling * (B @ A)  # in bf16/fp16: B A, its scaling and the sum are each rounded
+
+
+def _merged_in_low_precision(calls) -> bool:
+    """On half-precision weights the student's merge equals the rounded-at-every-step merge, bit for bit,
+    where that differs from the merge computed in float32 and rounded once."""
+    told_apart = False
+    for c in calls:
+        if c.kind != "call" or c.error or len(c.args) < 4 or not isinstance(c.result, torch.Tensor):
+            continue
+        weight, A, B, scaling = c.args[:4]
+        if weight.dtype not in (torch.float16, torch.bfloat16):
+            continue
+        buggy = merge_in_low_precision(weight, A, B, scaling)
+        once = (weight.float() + scaling * (B.float() @ A.float())).to(weight.dtype)
+        if torch.equal(buggy, once):
+            continue
+        if not torch.equal(c.result, buggy):
+            return False
+        told_apart = True
+    return told_apart
+
+
+# --- add_lora ----------------------------------------------------------------------------------------------
+def _notebook_lora_linear():
+    """The LoRALinear of the running notebook: in a lab, the student's own."""
+    import sys
+
+    return getattr(sys.modules["__main__"], "LoRALinear")
+
+
+def substring_match(model, target_modules, r, alpha, dropout=0.0):
+    LoRALinear = _notebook_lora_linear()
+    keys = [target_modules] if isinstance(target_modules, str) else list(target_modules)
+    # `key in name` instead of name == key or name.endswith("." + key): "proj" also adapts "q_proj", "out_proj"
+    targets = [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and any(k in n for k in keys)]
+    if not targets:
+        raise ValueError(f"target_modules {keys} match no nn.Linear")
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for name in targets:
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name)
+        setattr(parent, child, LoRALinear(getattr(parent, child), r, alpha, dropout))
+    return model
+
+
+def _exact_targets(model, keys):
+    return [n for n, m in model.named_modules()
+            if isinstance(m, nn.Linear) and any(n == k or n.endswith("." + k) for k in keys)]
+
+
+def _substring_targets(model, keys):
+    return [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and any(k in n for k in keys)]
+
+
+def _adapts_substring_matches(calls) -> bool:
+    """add_lora returned a model (no error) where only a substring of a layer's name matched the keys,
+    which the exact rule rejects with ValueError, and raised where the substring rule finds nothing too.
+    The model stays in the student's kernel; what the calls show is where the student raised."""
+    told_apart = False
+    for c in calls:
+        if c.kind != "call" or not c.args or not isinstance(c.args[0], nn.Module) or len(c.args) < 2:
+            continue
+        keys = [c.args[1]] if isinstance(c.args[1], str) else list(c.args[1])
+        exact, loose = _exact_targets(c.args[0], keys), _substring_targets(c.args[0], keys)
+        raised = c.error is not None
+        if raised != (not loose):
+            return False
+        if loose and not exact:
+            told_apart = True
+    return told_apart
+
+
+BUGS = [
+    Bug("random_b_init", "lora_init", "B initialised randomly as well as A",
+        "with B != 0 the adapter changes the model before any training step: B A is a random matrix added to "
+        "every pretrained weight, so fine-tuning starts from a damaged model instead of the pretrained one.",
+        "draw A from U(-1/sqrt(in), 1/sqrt(in)) and set B = torch.zeros(out, r): then B A = 0 at step 0.",
+        "Hu et al. 2021 (arXiv 2106.09685), Sec. 4.1 ('zero for B, so dW = BA is zero at the beginning'); "
+        "peft LoraConfig docs: init_lora_weights=False makes B random, 'not a no-op', for debugging only",
+        random_b_init, detect=_b_not_zero),
+    Bug("zero_init_both", "lora_init", "A and B both initialised to zero",
+        "the gradient of B is (dL/dy)^T (x A^T), zero when A = 0, and the gradient of A is B^T (...), zero "
+        "when B = 0: both gradients are exactly zero at every step and the adapter never trains.",
+        "only B starts at zero; A needs a random draw (U(-1/sqrt(in), 1/sqrt(in)), like nn.Linear).",
+        "Hu et al. 2021 (arXiv 2106.09685), Sec. 4.1 (random Gaussian A, zero B); peft tuners/lora/layer.py "
+        "reset_lora_parameters (kaiming_uniform_ for A, zeros for B)",
+        zero_init_both),
+    Bug("alpha_not_divided", "lora_scaling", "alpha used where alpha / r is meant",
+        "the update s B A grows with r: at r = 8 it is 8 times what alpha / r gives, so every change of rank "
+        "changes the effective learning rate and the loss curves do not compare across ranks.",
+        "return alpha / r (or alpha / math.sqrt(r) for rsLoRA).",
+        "Hu et al. 2021, Sec. 4.1 ('we scale dW x by alpha / r'); rasbt/LLMs-from-scratch issue #821 (the "
+        "from-scratch LoRA layer multiplied by alpha, not alpha / rank); Kalajdzievski 2023 (rsLoRA)",
+        alpha_not_divided),
+    Bug("dropout_ignores_training", "lora_forward", "LoRA dropout not tied to training",
+        "F.dropout(x, p) has training=True by default: dropout runs in eval too, so two evaluations of the "
+        "same input differ and accuracy is measured on a randomly damaged model.",
+        "pass training through: F.dropout(x, dropout_p, training) (nn.Dropout follows module.train()/eval()).",
+        "PyTorch docs: torch.nn.functional.dropout (training: 'apply dropout if True. Default: True'); "
+        "peft tuners/lora/layer.py (lora_dropout is an nn.Dropout module, off in eval)",
+        dropout_ignores_training, detect=_dropout_in_eval),
+    Bug("merge_in_low_precision", "merge_lora", "merge computed in bf16/fp16",
+        "B @ A, its scaling and the sum with W are each rounded to 8 (bf16) or 11 (fp16) significant bits: "
+        "the merged model's outputs move away from the unmerged ones, and merge then unmerge does not give W "
+        "back.",
+        "compute in float32: (W.float() + s * (B.float() @ A.float())).to(W.dtype).",
+        "peft issue #1388 (loss 2.11778 before vs 2.12142 after a bf16 merge); peft PR #1978 (merge half "
+        "precision weights in float32)",
+        merge_in_low_precision, detect=_merged_in_low_precision),
+    Bug("substring_match", "add_lora", "target_modules matched as substrings",
+        "`key in name` adapts every layer whose name contains the key: 'proj' adapts q_proj, k_proj and "
+        "out_proj, and a typo never raises. peft matches a list entry only as the whole name or its last "
+        "dotted parts.",
+        "match name == key or name.endswith('.' + key), and raise ValueError naming the keys when nothing "
+        "matches.",
+        "peft tuners/tuners_utils.py check_target_module_exists (exact or '.' + key suffix); peft issue "
+        "#1959 (target_modules silently matching unintended layers)",
+        substring_match, detect=_adapts_substring_matches),
+]

@@ -1,0 +1,305 @@
+"""Sample submissions for Lab 1: the reference, correct variants, one per catalogued bug, attacks, faults.
+
+Each sample names the solution cells it replaces (by grade_id) and, optionally, cells it adds; its
+``expect`` is what the grader must conclude (checked by tests/test_grading.py). The notebooks under
+``autograder/samples/<student>/lab1_vae/`` are generated from this file (``make samples``), and a test fails
+when they drift. Format: :mod:`autograder.sample_submissions`.
+"""
+from autograder.sample_submissions import bug_cell
+
+LAB = "lab1_vae"
+
+REPARAM_HEAD = "def reparameterize(mu, logvar, eps=None):\n"
+KL_HEAD = "def gaussian_kl(mu, logvar):\n"
+ELBO_HEAD = "def negative_elbo(x, x_logits, mu, logvar, beta=1.0):\n"
+IWAE_HEAD = "def iwae_bound(x, x_logits, z, mu, logvar):\n"
+SWEEP_HEAD = "def beta_sweep(betas, epochs=15, seed=0):\n"
+
+CORRECT = {
+    "reparameterize": REPARAM_HEAD + "    if eps is None:\n        eps = torch.randn_like(mu)\n"
+                                     "    return mu + torch.exp(0.5 * logvar) * eps\n",
+    "gaussian_kl": KL_HEAD + "    return -0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp(), dim=-1)\n",
+    "negative_elbo": ELBO_HEAD + "    recon = F.binary_cross_entropy_with_logits(x_logits, x, reduction='none')"
+                                 ".flatten(1).sum(1)\n    return (recon + beta * gaussian_kl(mu, logvar)).mean()\n",
+}
+
+
+SAMPLES: dict[str, dict] = {
+    "reference": {"cells": {}},
+    # -- correct alternatives: full marks ---------------------------------------------------------------
+    "variant_exp_half": {"cells": {"reparameterize": REPARAM_HEAD +
+        "    eps = torch.randn_like(mu) if eps is None else eps\n    return mu + torch.exp(logvar / 2) * eps\n"}},
+    "variant_sqrt_exp": {"cells": {"reparameterize": REPARAM_HEAD +
+        "    if eps is None:\n        eps = torch.randn_like(mu)\n    return mu + torch.sqrt(torch.exp(logvar)) * eps\n"}},
+    "variant_rsample": {"cells": {
+        "reparameterize": REPARAM_HEAD +
+        "    std = torch.exp(0.5 * logvar)\n    if eps is None:\n"
+        "        return torch.distributions.Normal(mu, std).rsample()\n    return torch.addcmul(mu, std, eps)\n",
+        "gaussian_kl": KL_HEAD +
+        "    from torch.distributions import Normal, kl_divergence\n"
+        "    q = Normal(mu, torch.exp(0.5 * logvar))\n"
+        "    p = Normal(torch.zeros_like(mu), torch.ones_like(mu))\n"
+        "    return kl_divergence(q, p).sum(-1)\n",
+        "negative_elbo": ELBO_HEAD +
+        "    recon = (torch.clamp(x_logits, min=0) - x * x_logits + torch.log1p(torch.exp(-x_logits.abs())))\n"
+        "    recon = recon.reshape(x.shape[0], -1).sum(-1)\n"
+        "    return torch.mean(recon + beta * gaussian_kl(mu, logvar))\n"}},
+    # The bound with torch.distributions' log-densities; a sweep written with a lambda, evaluated at a fresh sample.
+    "lab1_variant_iwae_distributions": {"cells": {
+        "iwae_bound": IWAE_HEAD +
+        "    from torch.distributions import Normal\n"
+        "    k, B = z.shape[0], x.shape[0]\n"
+        "    log_px_z = -F.binary_cross_entropy_with_logits(x_logits, x.expand_as(x_logits), reduction='none')\n"
+        "    log_px_z = log_px_z.reshape(k, B, -1).sum(-1)\n"
+        "    log_pz = Normal(torch.zeros_like(z), torch.ones_like(z)).log_prob(z).sum(-1)\n"
+        "    log_qz = Normal(mu, torch.exp(0.5 * logvar)).log_prob(z).sum(-1)\n"
+        "    return torch.logsumexp(log_px_z + log_pz - log_qz, dim=0) - math.log(k)\n",
+        "beta_sweep": SWEEP_HEAD +
+        "    out = {'beta': [], 'recon': [], 'kl': [], 'active_units': []}\n"
+        "    for b in betas:\n"
+        "        model, _ = train_vae(lambda x, l, m, v, b=b: negative_elbo(x, l, m, v, beta=b), epochs=epochs, seed=seed)\n"
+        "        model.eval()\n"
+        "        with torch.no_grad():\n"
+        "            m, v = model.encode(images)\n"
+        "            logits = model.decoder(reparameterize(m, v))\n"
+        "            r = F.binary_cross_entropy_with_logits(logits, images, reduction='sum') / len(images)\n"
+        "            kl = gaussian_kl(m, v).mean()\n"
+        "        out['beta'].append(b)\n        out['recon'].append(float(r))\n        out['kl'].append(float(kl))\n"
+        "        out['active_units'].append(int(active_units(model)))\n"
+        "    return out\n"}},
+    # log-mean-exp written by hand, shifting by the largest log-weight (what logsumexp does inside).
+    "lab1_variant_iwae_max_shift": {"cells": {"iwae_bound": IWAE_HEAD +
+        "    var = torch.exp(logvar)\n"
+        "    log_px_z = -(torch.clamp(x_logits, min=0) - x * x_logits + torch.log1p(torch.exp(-x_logits.abs())))\n"
+        "    log_px_z = log_px_z.flatten(start_dim=2).sum(dim=2)\n"
+        "    log_ratio = -0.5 * (z ** 2) + 0.5 * ((z - mu) ** 2 / var + logvar)   # the 2 pi terms cancel\n"
+        "    log_w = log_px_z + log_ratio.sum(dim=-1)\n"
+        "    top = log_w.max(dim=0, keepdim=True).values\n"
+        "    return (top + torch.log(torch.exp(log_w - top).mean(dim=0, keepdim=True))).squeeze(0)\n"}},
+    # -- attacks: no unearned credit, reported as tampered ------------------------------------------------
+    "attack_allclose": {"cells": {"reparameterize": REPARAM_HEAD +
+        "    torch.allclose = lambda *a, **k: True\n    torch.testing.assert_close = lambda *a, **k: None\n"
+        "    return mu\n"}},
+    "attack_checks": {"cells": {"gaussian_kl": "import genlab\n"
+        "genlab.check_close = lambda *a, **k: None\ncheck_close = lambda *a, **k: None\n"
+        "genlab.checks.check_close = lambda *a, **k: None\n" + KL_HEAD + "    return mu.sum(-1) * 0\n"}},
+    "attack_transformer": {"cells": {"reparameterize": REPARAM_HEAD + "    return mu * 0\n\n"
+        "def _swallow(lines):\n    return ['try:\\n'] + ['    ' + l for l in lines] + "
+        "['\\nexcept BaseException:\\n    pass\\n']\n\n"
+        "get_ipython().input_transformers_post.append(_swallow)\n"}},
+    "attack_gradebook": {"cells": {"gaussian_kl": KL_HEAD + "    return torch.zeros(mu.shape[0])\n\n"
+        "import glob, sqlite3\nfor path in glob.glob('../../**/gradebook.db', recursive=True):\n"
+        "    db = sqlite3.connect(path)\n    db.execute('update grade set auto_score = 99')\n    db.commit()\n"}},
+    "attack_rigged_eq": {"cells": {"reparameterize":
+        "class Always:\n    def __eq__(self, other):\n        return True\n    __hash__ = None\n"
+        "    shape = property(lambda self: (32, 16))\n\n" + REPARAM_HEAD + "    return Always()\n"}},
+    "attack_fake_timer": {"cells": {"reparameterize": "import time\n_real = time.perf_counter\n"
+        "time.perf_counter = lambda: 0.0\n" + REPARAM_HEAD +
+        "    if eps is None:\n        eps = torch.randn_like(mu)\n"
+        "    return torch.stack([mu[i] + torch.exp(0.5 * logvar[i]) * eps[i] for i in range(mu.shape[0])])\n"}},
+    # -- faults: graded cleanly, each with its own status ------------------------------------------------
+    "fault_exit": {"cells": dict(CORRECT), "after": {"gaussian_kl_gradient": "import os\nos._exit(3)\n"}},
+    # Loops for ever when beta != 1 (the hidden tests try other betas); the lab's training uses beta = 1.
+    "fault_infinite_loop": {"cells": {**CORRECT, "negative_elbo": CORRECT["negative_elbo"].replace(
+        "    recon =", "    while beta != 1.0:\n        pass\n    recon =")}},
+    "fault_deleted_tests": {"cells": {}, "delete": ["reparameterize_value", "gaussian_kl_value"],
+                            "edit": {"reparameterize_shape": "pass  # edited away\n"}},
+    "fault_reordered_duplicated": {"cells": {}, "swap": ["gaussian_kl", "reparameterize"],
+                                   "duplicate": ["gaussian_kl_value"]},
+    "fault_sys_exit": {"cells": {}, "after": {"reparameterize_shape": "import sys\nsys.exit(1)\n"}},
+    "fault_segfault": {"cells": {}, "after": {"gaussian_kl_gradient": "import ctypes\nctypes.string_at(0)\n"}},
+    "fault_sigint_ignored": {"cells": {}, "after": {"gaussian_kl_gradient":
+        "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass\n"}},
+    "fault_out_of_memory": {"cells": {}, "after": {"reparameterize_shape": "big = torch.ones(2 ** 36)\n"}},
+    # 6 GiB, touched: over the 4 GiB memory limit, under the address-space cap, so the kernel is OOM-killed
+    "fault_oom_killed": {"cells": {}, "after": {"gaussian_kl_gradient": "big = torch.ones(3 * 2 ** 29)\n"}},
+    "fault_background_process": {"cells": {}, "after": {"reparameterize_shape":
+        "import subprocess\nsubprocess.Popen(['sleep', '987654'])\n"}},
+    "fault_output_flood": {"cells": {}, "after": {"reparameterize_shape": "print('x' * 50_000_000)\n"
+                                                  "for i in range(200_000):\n    print(i)\n"}},
+    "fault_invalid_json": {"raw": '{"cells": [ this is not json'},
+    "fault_missing_notebook": {"missing": True},
+    "fault_wrong_name": {"cells": {}, "path": "lab1/Lab1 (1).ipynb"},
+    # -- attacks the sandbox stops (no string that a scan could catch) ----------------------------------
+    "attack_read_solutions": {"cells": {"reparameterize":
+        "import glob, json, os\n_secret = {}\n"
+        "for _p in glob.glob(os.path.join(os.path.expanduser('~'), '..', '..', '..', '**', '*.ipynb'), recursive=True)"
+        " + glob.glob('/work/**/*.ipynb', recursive=True):\n"
+        "    if 'sol' + 'utions' in _p:\n"
+        "        for _c in json.load(open(_p))['cells']:\n"
+        "            if 'def reparameterize' in ''.join(_c['source']):\n"
+        "                exec(''.join(_c['source']), _secret)\n"
+        "if 'reparameterize' in _secret:\n    reparameterize = _secret['reparameterize']\nelse:\n"
+        "    " + REPARAM_HEAD.replace("\n", "\n    ") + "    return mu\n"}},
+    "attack_kill_grader": {"cells": {}, "after": {"reparameterize_shape":
+        "import os, signal\nfor _pid in range(2, 400):\n    try:\n        os.kill(_pid, signal.SIGKILL)\n"
+        "    except OSError:\n        pass\n"}},
+    "attack_print_pass": {"cells": {"gaussian_kl": KL_HEAD + "    print('[genlab grader] gaussian_kl_value: PASSED "
+                                    "(2/2 points)')\n    return torch.zeros(mu.shape[0])\n"}},
+    # -- more ways in-kernel graders are fooled (each with wrong code that the trick would have to hide) ----
+    "attack_showtraceback": {"cells": {"reparameterize": REPARAM_HEAD + "    return mu\n"},
+                             "after": {"reparameterize": "get_ipython().showtraceback = lambda *a, **k: None\n"}},
+    "attack_custom_exc": {"cells": {"gaussian_kl": KL_HEAD + "    return mu.sum(-1) * 0\n"},
+                          "after": {"reparameterize": "from IPython import get_ipython as _shell\n"
+                                    "_ip = _shell()\n_ip.set_custom_exc((BaseException,), lambda *a, **k: None)\n"}},
+    "attack_numpy": {"cells": {"reparameterize": REPARAM_HEAD + "    return mu\n"},
+                     "after": {"reparameterize": "import numpy.testing as _npt\nimport numpy\n"
+                               "numpy.allclose = lambda *a, **k: True\n_npt.assert_allclose = lambda *a, **k: None\n"}},
+    # A tensor that answers "equal" to every comparison made on it, and says it has the right statistics.
+    "attack_tensor_subclass": {"cells": {"reparameterize":
+        "class Agreeable(torch.Tensor):\n"
+        "    @classmethod\n"
+        "    def __torch_function__(cls, func, types, args=(), kwargs=None):\n"
+        "        name = getattr(func, '__name__', '')\n"
+        "        if name in ('allclose', 'equal', '__eq__', 'eq', 'isclose'):\n"
+        "            return True\n"
+        "        return super().__torch_function__(func, types, args, kwargs or {})\n\n"
+        + REPARAM_HEAD + "    return torch.zeros_like(mu).as_subclass(Agreeable)\n"}},
+    # Fakes the CUDA event API through an alias, so a grader timing with events would see a fast loop.
+    "attack_cuda_event": {"cells": {"reparameterize": "_Event = torch.cuda.Event\n"
+                                    "_Event.elapsed_time = lambda self, end: 1e-6\n"
+                                    "_Event.record = lambda self, stream=None: None\n"
+                                    + bug_cell(LAB, "python_loop_over_batch")}},
+    # Correct code, then tries to change every notebook and gradebook it can reach (without a telltale string).
+    "attack_write_others": {"cells": {}, "after": {"gaussian_kl_gradient":
+        "import os\n_changed = 0\n"
+        "for _top in ('/', os.path.expanduser('~'), os.path.dirname(os.getcwd())):\n"
+        "    for _dir, _subdirs, _files in os.walk(_top):\n"
+        "        _subdirs[:] = [d for d in _subdirs if d not in ('proc', 'sys', 'dev', 'usr', 'lib', '.venv', "
+        "'site-packages', 'node_modules')]\n"
+        "        for _f in _files:\n"
+        "            if _f.endswith(('.ipynb', '.db', '.csv')):\n"
+        "                try:\n"
+        "                    with open(os.path.join(_dir, _f), 'a') as _h:\n"
+        "                        _h.write('\\n')\n"
+        "                    _changed += 1\n"
+        "                except OSError:\n"
+        "                    pass\n"
+        "print('files changed:', _changed)\n"}},
+    # nbgrader metadata edited in the student's copy: more points on a test, a solution cell made a graded
+    # cell, and two added "grade" cells (one with an id the lab does not have). Only the release counts.
+    "attack_forged_metadata": {"cells": {"reparameterize": REPARAM_HEAD + "    return mu\n"},
+                               "metadata": {"reparameterize_shape": {"points": 100},
+                                            "reparameterize": {"grade": True, "points": 50}},
+                               "add": [("assert True\n", {"grade": True, "solution": False, "locked": True,
+                                                         "grade_id": "bonus", "points": 1000}),
+                                       ("assert True\n", {"grade": True, "solution": False, "points": 500})]},
+    # The notebook handed in is a link to the solution notebook (a tar or zip upload can carry links).
+    "attack_symlink_solution": {"link": "../../../../solutions/lab1_vae/lab1_vae.ipynb"},
+}
+
+BUG_SAMPLES = {
+    "torch_normal_sampler": "reparameterize", "exp_logvar_as_std": "reparameterize",
+    "eps_default_dtype": "reparameterize", "eps_shared_across_batch": "reparameterize",
+    "detached_sample": "reparameterize", "python_loop_over_batch": "reparameterize",
+    "kl_sign_flipped": "gaussian_kl", "kl_mean_over_latent": "gaussian_kl", "kl_summed_over_batch": "gaussian_kl",
+    "recon_mean_per_pixel": "negative_elbo", "bce_on_sigmoid": "negative_elbo", "elbo_not_negated": "negative_elbo",
+    "iwae_mean_of_log_weights": "iwae_bound", "iwae_naive_log_mean_exp": "iwae_bound", "iwae_missing_log_k": "iwae_bound",
+}
+for _bug_id, _function in BUG_SAMPLES.items():
+    SAMPLES[f"bug_{_bug_id}"] = {"cells": {_function: bug_cell(LAB, _bug_id)}}
+
+# Functions that call another student function lose marks with it (negative_elbo uses gaussian_kl).
+# beta_sweep trains with the student's reparameterize and negative_elbo and measures with their gaussian_kl.
+DEPENDS = {"negative_elbo": ["gaussian_kl"], "beta_sweep": ["reparameterize", "gaussian_kl", "negative_elbo"]}
+
+# What the grader must conclude (each sample's "expect"). "full" = every test passed; "bug" = the function's tests lose marks and
+# this bug is named; "tampered" = no unearned credit and the interference is reported; statuses by test.
+_EXPECT: dict[str, dict] = {
+    "reference": {"full": True}, "variant_exp_half": {"full": True}, "variant_sqrt_exp": {"full": True},
+    "variant_rsample": {"full": True}, "lab1_variant_iwae_distributions": {"full": True},
+    "lab1_variant_iwae_max_shift": {"full": True},
+    **{f"bug_{b}": {"full": False, "bug": b, "function": f} for b, f in BUG_SAMPLES.items()},
+    "attack_allclose": {"tampered": True}, "attack_checks": {"tampered": True},
+    "attack_transformer": {"tampered": True}, "attack_gradebook": {"tampered": True},
+    "attack_rigged_eq": {"full": False, "failed_tests": ["reparameterize_shape", "reparameterize_value",
+                                                         "reparameterize_gradient", "reparameterize_noise"]},
+    "attack_fake_timer": {"tampered": True},
+    "fault_exit": {"status": {"negative_elbo_gradient": "killed", "negative_elbo_value": "killed",
+                              "gaussian_kl_gradient": "passed", "reparameterize_shape": "passed"}},
+    "fault_infinite_loop": {"status": {"negative_elbo_value": "timeout", "reparameterize_value": "passed",
+                                       "negative_elbo_gradient": "passed"}},
+    "fault_deleted_tests": {"full": True, "notes": ["deleted", "edited"]},
+    "fault_reordered_duplicated": {"full": True, "notes": ["moved", "more than once"]},
+    "fault_sys_exit": {"full": True},
+    "fault_segfault": {"status": {"gaussian_kl_gradient": "passed", "negative_elbo_value": "killed"},
+                       "message": {"negative_elbo_value": "SIGSEGV"}},
+    "fault_sigint_ignored": {"status": {"gaussian_kl_gradient": "passed", "negative_elbo_value": "timeout"}},
+    "fault_out_of_memory": {"full": True, "notes": ["out of memory"]},
+    "fault_oom_killed": {"status": {"gaussian_kl_gradient": "passed", "negative_elbo_value": "killed"},
+                         "message": {"negative_elbo_value": "memory limit 4 GiB exceeded"}, "needs_cgroups": True},
+    "fault_background_process": {"full": True, "no_process": "987654"},
+    "fault_output_flood": {"full": True, "max_notebook_bytes": 2_000_000},
+    "fault_invalid_json": {"status_all": "error"},
+    "fault_missing_notebook": {"status_all": "missing"},
+    "fault_wrong_name": {"full": True, "notes": ["another name"]},
+    "attack_read_solutions": {"full": False, "failed_tests": ["reparameterize_value", "reparameterize_gradient",
+                                                              "reparameterize_noise"]},
+    "attack_kill_grader": {"tampered": True},
+    "attack_print_pass": {"full": False, "failed_tests": ["gaussian_kl_value", "gaussian_kl_gradient"]},
+    "attack_showtraceback": {"tampered": True}, "attack_custom_exc": {"tampered": True},
+    "attack_numpy": {"tampered": True}, "attack_tensor_subclass": {"tampered": True},
+    "attack_cuda_event": {"tampered": True}, "attack_symlink_solution": {"tampered": True},
+    "attack_write_others": {"full": True, "writes_nothing": True},
+    "attack_forged_metadata": {"full": False, "points_from_release": True,
+                               "failed_tests": ["reparameterize_value", "reparameterize_gradient"],
+                               "notes": ["not part of this lab", "grading metadata"]},
+}
+
+for _name, _expect in _EXPECT.items():
+    SAMPLES[_name]["expect"] = _expect
+
+# -- least privilege (issue 10): what a kernel can read, and what its outputs can do in a feedback page ------
+# Correct code, so full marks, plus a cell that looks for canary files wherever a grader keeps things (its
+# home, a course folder beside this one, earlier runs' outputs and caches under /tmp) and prints them with the
+# whole environment. tests/test_least_privilege.py plants the canaries and checks none reaches the output.
+CANARY_HUNT = r'''
+import os, pathlib
+def _hunt(root, depth=5):
+    found = []
+    for folder, dirs, files in os.walk(root):
+        if folder.count(os.sep) - root.rstrip(os.sep).count(os.sep) >= depth:
+            dirs[:] = []
+        for name in files:
+            if 'canary' in name.lower():
+                try:
+                    found.append((os.path.join(folder, name), open(os.path.join(folder, name)).read(200)))
+                except OSError as exc:
+                    found.append((os.path.join(folder, name), repr(exc)))
+    return found
+_course = pathlib.Path(__import__('genlab').__file__).resolve().parents[2]
+for _root in ['/root', '/home', '/srv', '/tmp', str(_course.parent)]:
+    print(_root, _hunt(_root))
+print(sorted(os.environ.items()))
+'''
+SAMPLES["lab1_attack_canaries"] = {"cells": {"reparameterize": CORRECT["reparameterize"] + CANARY_HUNT},
+                                   "expect": {"full": True}}
+
+# Every kind of active output, each trying to mark the page (data-pw + ned-<kind> on <body>: the marker is
+# built at run time, so it is in the page only if the payload ran), next to a PNG and an SVG plot that must
+# still show. tests/test_feedback_inert.py opens the feedback page in headless Chromium.
+ACTIVE_OUTPUTS = r'''
+import base64, io
+import matplotlib.pyplot as plt
+from IPython.display import HTML, SVG, Image, Javascript, Markdown, display
+def _mark(kind):
+    return "document.body.setAttribute('data-pw' + 'ned-%s', '1')" % kind
+display(HTML('<script>%s</script>' % _mark('script')))
+display(HTML('<img src="x" onerror="%s">' % _mark('onerror')))
+display(HTML('<details open ontoggle="%s"><summary>details</summary>x</details>' % _mark('ontoggle')))
+display(HTML('<iframe srcdoc="&lt;script&gt;parent.%s&lt;/script&gt;"></iframe>' % _mark('iframe').replace("'", '&quot;')))
+display(HTML('<a href="javascript:%s">a link</a>' % _mark('href')))
+display(Javascript(_mark('javascript')))
+display(SVG('<svg xmlns="http://www.w3.org/2000/svg" width="20" height="20" onload="%s"><circle cx="10" cy="10" r="5"/></svg>' % _mark('svg-onload')))
+display(Markdown('<img src="y" onerror="%s"> markdown output' % _mark('markdown')))
+_fig, _ax = plt.subplots(figsize=(2, 2))
+_ax.plot([0, 1, 2], [0, 1, 4], 'o-')
+_png, _svg = io.BytesIO(), io.StringIO()
+_fig.savefig(_png, format='png')
+_fig.savefig(_svg, format='svg')
+plt.close(_fig)
+display(Image(_png.getvalue(), format='png'))
+display(SVG(_svg.getvalue()))
+'''
+SAMPLES["lab1_attack_active_outputs"] = {"cells": {"reparameterize": CORRECT["reparameterize"] + ACTIVE_OUTPUTS},
+                                         "expect": {"full": True}}

@@ -1,0 +1,139 @@
+"""Sample submissions for Lab 4: the reference, correct variants and one per catalogued bug.
+
+Each sample names the solution cells it replaces (by grade_id) and what the grader must conclude
+(``expect``). Format: :mod:`autograder.sample_submissions`.
+"""
+from autograder.sample_submissions import bug_cell
+
+LAB = "lab4_lora"
+
+INIT_HEAD = "def lora_init(in_features, out_features, r, *, generator=None, dtype=None, device=None):\n"
+FORWARD_HEAD = "def lora_forward(x, weight, bias, A, B, scaling, dropout_p=0.0, training=False):\n"
+MERGE_HEAD = "def merge_lora(weight, A, B, scaling):\n"
+UNMERGE_HEAD = "def unmerge_lora(weight, A, B, scaling):\n"
+ADD_HEAD = "def add_lora(model, target_modules, r, alpha, dropout=0.0):\n"
+COUNT_HEAD = "def count_parameters(model):\n"
+
+SAMPLES: dict[str, dict] = {
+    # -- correct alternatives: full marks ---------------------------------------------------------------
+    # nn.init.kaiming_uniform_(a=sqrt(5)) on an empty tensor (peft's own call), addmm chains, float64 merges
+    "lab4_variant_kaiming_addmm": {"expect": {"full": True}, "cells": {
+        "lora_init": INIT_HEAD +
+        "    A = torch.empty(r, in_features, dtype=dtype, device=device)\n"
+        "    nn.init.kaiming_uniform_(A, a=math.sqrt(5), generator=generator)\n"
+        "    return A, torch.zeros(out_features, r, dtype=dtype, device=device)\n",
+        "lora_forward": FORWARD_HEAD +
+        "    flat = x.reshape(-1, x.shape[-1])\n"
+        "    h = F.dropout(flat, p=dropout_p, training=training)\n"
+        "    low = h @ A.T\n"
+        "    if bias is None:\n"
+        "        out = torch.addmm(flat @ weight.T, low, B.T, alpha=scaling)\n"
+        "    else:\n"
+        "        out = torch.addmm(torch.addmm(bias, flat, weight.T), low, B.T, alpha=scaling)\n"
+        "    return out.reshape(*x.shape[:-1], weight.shape[0])\n",
+        "merge_lora": MERGE_HEAD +
+        "    return torch.addmm(weight.double(), B.double(), A.double(), alpha=scaling).to(weight.dtype)\n",
+        "unmerge_lora": UNMERGE_HEAD +
+        "    return torch.addmm(weight.double(), B.double(), A.double(), alpha=-scaling).to(weight.dtype)\n",
+    }},
+    # A and B kept as nn.Linear layers, like peft; dropout as an nn.Dropout module; a merged flag that
+    # silently ignores a second merge; count_parameters over named_parameters (deduplicated by id)
+    "lab4_variant_linear_modules": {"expect": {"full": True}, "cells": {
+        "LoRALinear":
+        "class LoRALinear(nn.Module):\n"
+        "    def __init__(self, base, r, alpha, dropout=0.0, rslora=False):\n"
+        "        super().__init__()\n"
+        "        self.base = base\n"
+        "        self.base.requires_grad_(False)\n"
+        "        kw = dict(dtype=base.weight.dtype, device=base.weight.device)\n"
+        "        self.lora_A = nn.Linear(base.in_features, r, bias=False, **kw)\n"
+        "        self.lora_B = nn.Linear(r, base.out_features, bias=False, **kw)\n"
+        "        A, B = lora_init(base.in_features, base.out_features, r, **kw)\n"
+        "        with torch.no_grad():\n"
+        "            self.lora_A.weight.copy_(A)\n"
+        "            self.lora_B.weight.copy_(B)\n"
+        "        self.drop = nn.Dropout(dropout)\n"
+        "        self.s = lora_scaling(alpha, r, rslora)\n"
+        "        self.is_merged = False\n"
+        "\n"
+        "    def forward(self, x):\n"
+        "        if self.is_merged:\n"
+        "            return self.base(x)\n"
+        "        return self.base(x) + self.lora_B(self.lora_A(self.drop(x))) * self.s\n"
+        "\n"
+        "    def merge(self):\n"
+        "        if not self.is_merged:\n"
+        "            with torch.no_grad():\n"
+        "                self.base.weight.copy_(merge_lora(self.base.weight, self.lora_A.weight, self.lora_B.weight, self.s))\n"
+        "            self.is_merged = True\n"
+        "\n"
+        "    def unmerge(self):\n"
+        "        if self.is_merged:\n"
+        "            with torch.no_grad():\n"
+        "                self.base.weight.copy_(unmerge_lora(self.base.weight, self.lora_A.weight, self.lora_B.weight, self.s))\n"
+        "            self.is_merged = False\n",
+        "add_lora": ADD_HEAD +
+        "    if isinstance(target_modules, str):\n"
+        "        target_modules = [target_modules]\n"
+        "    def wanted(name):\n"
+        "        return any(name == key or name.endswith('.' + key) for key in target_modules)\n"
+        "    found = [(name, m) for name, m in model.named_modules() if wanted(name) and isinstance(m, nn.Linear)]\n"
+        "    if not found:\n"
+        "        raise ValueError(f'no nn.Linear matches target_modules={target_modules}')\n"
+        "    model.requires_grad_(False)\n"
+        "    for name, module in found:\n"
+        "        *path, last = name.split('.')\n"
+        "        parent = model\n"
+        "        for part in path:\n"
+        "            parent = getattr(parent, part)\n"
+        "        setattr(parent, last, LoRALinear(module, r, alpha, dropout))\n"
+        "    return model\n",
+        "count_parameters": COUNT_HEAD +
+        "    unique = {id(p): p for _, p in model.named_parameters()}\n"
+        "    trainable = sum(p.numel() for p in unique.values() if p.requires_grad)\n"
+        "    return trainable, sum(p.numel() for p in unique.values())\n",
+    }},
+    # torch.rand for A, baddbmm for the forward, a merge through the low-rank product in float32
+    "lab4_variant_rand_baddbmm": {"expect": {"full": True}, "cells": {
+        "lora_init": INIT_HEAD +
+        "    bound = in_features ** -0.5\n"
+        "    A = (torch.rand(r, in_features, generator=generator, dtype=dtype, device=device) * 2 - 1) * bound\n"
+        "    B = torch.zeros(out_features, r, dtype=dtype, device=device)\n"
+        "    return A, B\n",
+        "lora_forward": FORWARD_HEAD +
+        "    x3 = x.reshape(1, -1, x.shape[-1])\n"
+        "    start = torch.zeros((), dtype=x.dtype, device=x.device) if bias is None else bias\n"
+        "    out = torch.baddbmm(start.expand(1, x3.shape[1], weight.shape[0]), x3, weight.T.unsqueeze(0))\n"
+        "    if training and dropout_p > 0:\n"
+        "        x3 = F.dropout(x3, dropout_p, True)\n"
+        "    out = torch.baddbmm(out, torch.bmm(x3, A.T.unsqueeze(0)), B.T.unsqueeze(0), alpha=scaling)\n"
+        "    return out.reshape(*x.shape[:-1], weight.shape[0])\n",
+        "merge_lora": MERGE_HEAD +
+        "    delta = torch.matmul(B.float(), A.float()).mul(scaling)\n"
+        "    return (weight.float() + delta).to(weight.dtype) if weight.dtype != torch.float64 else weight + delta.double()\n",
+    }},
+    # -- one per catalogued bug ---------------------------------------------------------------------------
+    "lab4_bug_random_b_init": {"cells": {"lora_init": bug_cell(LAB, "random_b_init")},
+                               "expect": {"bug": "random_b_init", "function": "lora_init"}},
+    "lab4_bug_zero_init_both": {"cells": {"lora_init": bug_cell(LAB, "zero_init_both")},
+                                "expect": {"bug": "zero_init_both", "function": "lora_init"}},
+    "lab4_bug_alpha_not_divided": {"cells": {"lora_scaling": bug_cell(LAB, "alpha_not_divided")},
+                                   "expect": {"bug": "alpha_not_divided", "function": "lora_scaling"}},
+    "lab4_bug_dropout_ignores_training": {"cells": {"lora_forward": bug_cell(LAB, "dropout_ignores_training")},
+                                          "expect": {"bug": "dropout_ignores_training", "function": "lora_forward"}},
+    "lab4_bug_merge_in_low_precision": {"cells": {"merge_lora": bug_cell(LAB, "merge_in_low_precision")},
+                                        "expect": {"bug": "merge_in_low_precision", "function": "merge_lora"}},
+    "lab4_bug_substring_match": {"cells": {"add_lora": bug_cell(LAB, "substring_match")},
+                                 "expect": {"bug": "substring_match", "function": "add_lora"}},
+}
+
+# The reference student hands in every lab (its folder is shared with the other labs).
+SAMPLES["reference"] = {"cells": {}, "expect": {"full": True}}
+
+# Tests of a function that calls another student function may fail with that function's bug.
+_CORE = ["lora_init", "lora_scaling", "lora_forward", "merge_lora", "unmerge_lora"]
+DEPENDS = {
+    "LoRALinear": _CORE,
+    "add_lora": ["LoRALinear", *_CORE],
+    "count_parameters": ["add_lora", "LoRALinear", *_CORE],
+}

@@ -1,0 +1,89 @@
+"""Sample submissions for Lab 5: the reference, correct variants, and one per catalogued bug.
+
+Each sample names the solution cells it replaces (by grade_id) and what the grader must conclude
+(``expect``). Format: :mod:`autograder.sample_submissions`.
+"""
+from autograder.sample_submissions import bug_cell
+
+LAB = "lab5_fid"
+
+STATS_HEAD = "def feature_stats(features):\n"
+TRACE_HEAD = "def trace_sqrt_product(sigma1, sigma2):\n"
+KID_HEAD = "def kid(real_features, fake_features, subsets=100, subset_size=1000, generator=None):\n"
+FIDINF_HEAD = "def fid_infinity(real_features, fake_features, sizes, generator=None):\n"
+
+SAMPLES: dict[str, dict] = {
+    "reference": {"cells": {}, "expect": {"full": True}},
+    # -- correct alternatives: full marks ---------------------------------------------------------------
+    # torch.cov on the transposed features, and the classic scipy.linalg.sqrtm formula with a real-part check
+    # (pytorch-fid's way), with the imaginary tolerance relative to the product's size.
+    "lab5_variant_scipy_sqrtm": {"expect": {"full": True}, "cells": {
+        "feature_stats": STATS_HEAD +
+        "    x = features.double()\n"
+        "    if x.shape[0] < 2:\n"
+        "        raise ValueError('need at least two feature vectors')\n"
+        "    return x.mean(0), torch.cov(x.T)\n",
+        "trace_sqrt_product": TRACE_HEAD +
+        "    product = sigma1.double().numpy() @ sigma2.double().numpy()\n"
+        "    root = scipy.linalg.sqrtm(product)\n"
+        "    if np.iscomplexobj(root):\n"
+        "        scale = max(1.0, float(np.abs(root).max()))\n"
+        "        if np.abs(root.imag).max() > 1e-3 * scale:\n"
+        "            raise ValueError(f'imaginary component {np.abs(root.imag).max()}')\n"
+        "        root = root.real\n"
+        "    return torch.tensor(max(float(np.trace(root)), 0.0), dtype=torch.float64)\n",
+    }},
+    # numpy throughout, tensors returned: eigvals of the non-symmetric product (real part, clamped), the std
+    # with N - 1, and the FID-infinity fit with np.polyfit on 1/N.
+    "lab5_variant_numpy_eigvals": {"expect": {"full": True}, "cells": {
+        "feature_stats": STATS_HEAD +
+        "    x = np.asarray(features.detach().cpu().double())\n"
+        "    if x.shape[0] < 2:\n"
+        "        raise ValueError(f'need N >= 2, got {x.shape[0]}')\n"
+        "    return torch.from_numpy(x.mean(axis=0)), torch.from_numpy(np.cov(x, rowvar=False).reshape(x.shape[1], x.shape[1]))\n",
+        "trace_sqrt_product": TRACE_HEAD +
+        "    eigenvalues = np.linalg.eigvals(sigma1.double().numpy() @ sigma2.double().numpy())\n"
+        "    return torch.tensor(np.sqrt(np.clip(eigenvalues.real, 0, None)).sum(), dtype=torch.float64)\n",
+        "kid": KID_HEAD +
+        "    x, y = real_features.double(), fake_features.double()\n"
+        "    n, m = x.shape[0], subset_size\n"
+        "    if m > n or m > y.shape[0]:\n"
+        "        raise ValueError('subset_size is larger than a feature set')\n"
+        "    d = x.shape[1]\n"
+        "    out = torch.empty(subsets, dtype=torch.float64)\n"
+        "    for s in range(subsets):\n"
+        "        i = torch.randperm(n, generator=generator)[:m]\n"
+        "        j = torch.randperm(y.shape[0], generator=generator)[:m]\n"
+        "        a, b = x[i], y[j]\n"
+        "        kxx = (a @ a.T / d + 1).pow(3).fill_diagonal_(0)\n"
+        "        kyy = (b @ b.T / d + 1).pow(3).fill_diagonal_(0)\n"
+        "        kxy = (a @ b.T / d + 1).pow(3)\n"
+        "        out[s] = kxx.sum() / (m * (m - 1)) + kyy.sum() / (m * (m - 1)) - 2 * kxy.sum() / m ** 2\n"
+        "    return out.mean(), (out.std() if subsets > 1 else torch.zeros((), dtype=torch.float64))\n",
+        "fid_infinity": FIDINF_HEAD +
+        "    mu, sigma = feature_stats(real_features)\n"
+        "    values = []\n"
+        "    for n in sizes:\n"
+        "        pick = torch.randperm(fake_features.shape[0], generator=generator)[:n]\n"
+        "        values.append(float(frechet_distance(mu, sigma, *feature_stats(fake_features[pick]))))\n"
+        "    slope, intercept = np.polyfit(1.0 / np.asarray(sizes, dtype=np.float64), np.asarray(values), 1)\n"
+        "    return torch.tensor(intercept, dtype=torch.float64), torch.tensor(slope, dtype=torch.float64)\n",
+    }},
+}
+
+BUG_SAMPLES = {
+    "torch_cov_rows": "feature_stats", "one_pass_float32": "feature_stats",
+    "eigvalsh_nonsymmetric": "trace_sqrt_product", "no_clamp": "trace_sqrt_product",
+    "product_of_roots": "trace_sqrt_product",
+    "biased_mmd": "kid",
+}
+for _bug_id, _function in BUG_SAMPLES.items():
+    SAMPLES[f"lab5_bug_{_bug_id}"] = {"cells": {_function: bug_cell(LAB, _bug_id)},
+                                      "expect": {"full": False, "bug": _bug_id, "function": _function}}
+
+# fid, frechet_distance and fid_infinity call the student's own feature_stats and trace_sqrt_product.
+DEPENDS = {
+    "frechet_distance": ["trace_sqrt_product"],
+    "fid": ["feature_stats", "trace_sqrt_product", "frechet_distance"],
+    "fid_infinity": ["feature_stats", "trace_sqrt_product", "frechet_distance"],
+}
