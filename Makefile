@@ -31,10 +31,13 @@ demo: venv  ## autograde a representative set of the samples (reference, bugs, a
 demo-all: venv  ## autograde every sample submission
 	$(PY) -m autograder.demo --all --out out/demo-all
 
-test: venv  ## the whole suite: unit tests, grading of the samples, nbval over the notebooks
+# Two pytest workers, a file each at a time (--dist loadfile keeps a notebook's cells and a module's shared
+# fixtures together): the single-threaded parts (nbval, the browser, the cluster) overlap the grading runs.
+# The student notebooks with the reference filled in are run by the browser tests (tests/test_browser.py).
+test: venv  ## the whole suite: unit tests, grading of the samples, browser and cluster tests, nbval over the solutions
 	GENLAB_TEST_PG_URL="$${GENLAB_TEST_PG_URL:-$$(bash .ci/postgres.sh || true)}" \
-	$(PY) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-sanitize-with .ci/nbval-sanitize.cfg \
-		tests solutions autograder/samples/reference
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=15 \
+		--nbval-lax --nbval-sanitize-with .ci/nbval-sanitize.cfg tests solutions
 
 lab: venv  ## JupyterLab on the student notebooks
 	$(VENV)/bin/jupyter lab labs/

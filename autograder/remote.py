@@ -135,9 +135,18 @@ class RemoteFunction:
         # calls, and running it n times per round would cost minutes and hit the time limit per test.
         # Both sides run the same short loop, so the request overhead is in both and can only pull the ratio
         # towards 1: a first look can end the timing early, never fail a fast function.
-        probe = max(1, n // 10)
-        reference_probe = timed(self._reference_session, name, probe)
-        student_probe = timed(self._session, self.__name__, probe)
+        # The look grows 1, 4, 16... calls up to n / 10, and stops as soon as it has taken a quarter of the
+        # time a test call may take: a student's loop 100x slower than the reference must not spend the whole
+        # limit on the look itself (the test would time out instead of being measured as slow).
+        probe, look = max(1, n // 10), 1
+        budget = getattr(getattr(self._session, "limits", None), "test_timeout_s", 60.0) / 4
+        while True:
+            student_probe = timed(self._session, self.__name__, look)
+            if look >= probe or student_probe > budget:
+                break
+            look = min(probe, look * 4)
+        reference_probe = timed(self._reference_session, name, look)
+        probe = look
         if student_probe > CLEARLY_SLOW * reference_probe:
             result = TimingResult(ratio=student_probe / reference_probe, student_median_s=student_probe / probe,
                                   reference_median_s=reference_probe / probe, rounds=1)
