@@ -25,10 +25,14 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     MPLBACKEND=Agg
 
-# bubblewrap: the submission sandbox; make: `make test`/`make grade`; git: nbgrader and version info.
+# bubblewrap: the submission sandbox; make: `make test`/`make grade`; git: nbgrader and version info;
+# chromium (Debian's): the tests open feedback pages in it (no browser download at test time).
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends bubblewrap make git \
+    && apt-get install -y --no-install-recommends bubblewrap make git chromium \
     && rm -rf /var/lib/apt/lists/*
+# The unprivileged user student kernels run as outside the sandbox (autograder/sandbox.py): the grader runs
+# as root here, and drops to this user before entering bubblewrap. No home, no shell, no other group.
+RUN useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin genlab-kernel
 
 WORKDIR /opt/genlab
 

@@ -35,6 +35,7 @@ demo-all: venv  ## autograde every sample submission
 # fixtures together): the single-threaded parts (nbval, the browser, the cluster) overlap the grading runs.
 # The student notebooks with the reference filled in are run by the browser tests (tests/test_browser.py).
 test: venv  ## the whole suite: unit tests, grading of the samples, browser and cluster tests, nbval over the solutions
+	bash .ci/system-deps.sh  # idempotent: an older venv may predate a system package or the kernel user
 	GENLAB_TEST_PG_URL="$${GENLAB_TEST_PG_URL:-$$(bash .ci/postgres.sh || true)}" \
 	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=15 \
 		--nbval-lax --nbval-sanitize-with .ci/nbval-sanitize.cfg tests solutions

@@ -3,8 +3,9 @@ on processes and threads (a fork bomb stops at ``pids.max``).
 
 Used when this machine lets us create cgroups (cgroup v1 ``memory`` and ``pids`` hierarchies, or a cgroup v2
 tree with those controllers). Where it does not, the sandbox still applies ``prlimit``'s address-space cap,
-and :func:`available` says why the stronger limits are off. ``RLIMIT_NPROC`` cannot stand in for ``pids.max``:
-inside the sandbox's user namespace the kernel runs as root outside, and root ignores it.
+and :func:`available` says why the stronger limits are off. The process cap then still holds: the sandbox
+sets ``RLIMIT_NPROC``, which works because the kernel runs as the unprivileged ``genlab-kernel`` outside (root
+would ignore it) and counts per kernel (each has its own user namespace). With cgroups both caps are in force.
 """
 from __future__ import annotations
 

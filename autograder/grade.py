@@ -191,6 +191,7 @@ def grade_all(root: Path, submissions: Path, out: Path, *, workers: int = 1, lab
     every_student = bool(labs)
     labs = labs or lab_ids(root)
     out.mkdir(parents=True, exist_ok=True)
+    out.chmod(0o700)  # grades, cache and feedback: the grader's user only, never a kernel of this or a later run
     # Kernels talk over Unix sockets in their scratch folders, and a socket path is limited to 107 bytes:
     # keep scratch short, in the temp folder, not under a possibly deep --out.
     run = Run(root, out, Path(tempfile.mkdtemp(prefix="genlab-")), limits, sandbox, prestart)

@@ -1,25 +1,70 @@
-"""The sandbox a student's kernel runs in: bubblewrap namespaces plus resource limits.
+"""The sandbox a student's kernel runs in: an allowlisted filesystem, an unprivileged user, an allowlisted
+environment, bubblewrap namespaces and resource limits.
 
-Inside, the kernel sees the machine read-only, except its own scratch folder; the course's solutions, the
-grader's code, the gradebook and every other submission are covered by empty folders; there is no network,
-no view of other processes (its own PID namespace, so it cannot signal the grader), and every process it
-starts dies with it. ``prlimit`` caps address space, file size and core dumps; per-kernel cgroups (see cgroups.py), where the
-machine allows them, add a real memory limit and a process cap.
+What a kernel can see is *built*, not what is left after hiding: :func:`visible_paths` lists it, once, from
+``sys.prefix`` and the packages the kernel imports. Inside there is
 
-Without bubblewrap the grader refuses to run unless told ``--unsafe`` (see :func:`require`).
+- the system (``/usr`` and the ``/bin``, ``/lib*`` links to it, and a few named files of ``/etc``), read-only;
+- the Python environment: ``sys.base_prefix``, ``sys.prefix``, and the folders ``genlab``, ``torch`` and the
+  packages whose data ``genlab.data`` loads (scikit-learn, RDKit) import from, read-only;
+- its own scratch folder, writable, as ``HOME``, ``TMPDIR`` and working directory;
+- ``/dev`` (the null, zero, random and tty devices; GPUs where the grader has them) and its own ``/proc``.
+
+Nothing else: no ``/root``, ``/home``, ``/srv``, no other folder of ``/tmp`` (earlier runs' outputs and caches,
+other kernels' scratch), no course folder beside ``genlab``'s own package, no output folder.
+
+Who it runs as: a grader started as root first drops to the dedicated user ``genlab-kernel`` (created by
+``.ci/system-deps.sh`` and the Dockerfile) and only then enters bubblewrap, so the kernel's uid *outside*
+the sandbox is that user's, never 0; inside it is :data:`SANDBOX_UID`. A grader that is not root runs its
+kernels as itself (it is unprivileged already). The paths that user cannot reach on its own are bound for
+it by the root side first (see :data:`STAGE`), so no folder's permissions are widened for it.
+
+Its environment is :func:`kernel_environment`, nothing else (bubblewrap starts from an empty one).
+
+Limits: ``prlimit`` caps address space, file size, core dumps and processes (``RLIMIT_NPROC``, counted per
+kernel: each kernel has its own user namespace); per-kernel cgroups (cgroups.py), where the machine allows
+them, add a real memory limit and ``pids.max``. No network, its own PID namespace (it cannot see or signal
+the grader), and everything it starts dies with it.
+
+Without bubblewrap, or as root without the kernel user, the grader refuses to run unless told ``--unsafe``
+(see :func:`require`).
 """
 from __future__ import annotations
 
+import importlib.util
+import os
+import pwd
+import shlex
 import shutil
+import stat
 import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 from autograder import cgroups
 
-SANDBOX_UID = 1000
+KERNEL_USER = os.environ.get("GENLAB_KERNEL_USER", "genlab-kernel")
+SANDBOX_UID = 1000                     # the uid a kernel sees for itself, inside
 ADDRESS_HEADROOM = 4 * 2**30
+# Where, in a mount namespace of its own, the root-side shell binds the paths the kernel user cannot reach
+# (its scratch folder inside the grader's mode-700 scratch, a Python installed under /root) before dropping
+# to that user; bubblewrap binds them on from there to their own paths. No folder's permissions are widened.
+STAGE = Path("/mnt")
+
+# Packages whose folders the kernel imports from, or reads data from (genlab.data: scikit-learn's digits and
+# sample images, RDKit's Data/NCI/first_5K.smi). Everything else it imports lies in sys.prefix.
+KERNEL_PACKAGES = ("genlab", "torch", "sklearn", "rdkit")
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# Of /etc only what the dynamic loader, time zones and fonts read: no passwd, no hosts, no configuration.
+ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives", "fonts", "mime.types")
+# The environment a kernel gets, and nothing else (see kernel_environment).
+THREADS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+PASSED_ON = ("LANG", "LC_ALL", "TZ",                                     # the grader's locale and zone
+             "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",  # GPU graders
+             "GENLAB_GPU_CHECKS")                                        # genlab's own switch for GPU checks
 
 
 @dataclass
@@ -27,26 +72,103 @@ class SandboxConfig:
     memory_bytes: int = 4 * 2**30          # address space; torch alone maps about 1 GiB
     max_processes: int = 64
     max_file_bytes: int = 256 * 2**20
-    hide: list[Path] = field(default_factory=list)   # folders the student must not read
+    hide: list[Path] = field(default_factory=list)   # folders covered even if they lie inside a visible one
 
 
 class SandboxUnavailable(RuntimeError):
     pass
 
 
+# -- who the kernel runs as ---------------------------------------------------------------------------------
+def kernel_account() -> tuple[int, int] | None:
+    """(uid, gid) the kernels run as outside the sandbox when the grader is root; None when it is not root
+    (kernels then run as the grader's own, unprivileged, user). Raises KeyError when root has no kernel user."""
+    if os.geteuid() != 0:
+        return None
+    entry = pwd.getpwnam(KERNEL_USER)
+    if entry.pw_uid == 0:
+        raise KeyError(f"{KERNEL_USER} is uid 0")
+    return entry.pw_uid, entry.pw_gid
+
+
+# -- what the kernel sees ------------------------------------------------------------------------------------
+def _package_folder(name: str) -> Path | None:
+    spec = importlib.util.find_spec(name)
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations))).resolve()
+    return Path(spec.origin).resolve().parent if spec.origin else None
+
+
+@lru_cache(maxsize=1)
+def visible_paths() -> tuple[Path, ...]:
+    """The folders and files a kernel sees read-only, besides the system and its scratch folder: the Python
+    environment and the packages in :data:`KERNEL_PACKAGES`; a path inside another listed one is dropped."""
+    paths = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), Path(sys.prefix),
+             Path(sys.executable).resolve().parent.parent}
+    paths |= {p for p in map(_package_folder, KERNEL_PACKAGES) if p is not None}
+    paths |= {Path("/etc", name) for name in ETC if Path("/etc", name).exists()}
+    system = [Path(p) for p in SYSTEM if Path(p).exists() and not Path(p).is_symlink()]
+    kept = sorted(p for p in paths if p.exists() and not any(p != q and p.is_relative_to(q) for q in paths)
+                  and not any(p.is_relative_to(s) for s in system))
+    return tuple(kept)
+
+
+def _reachable(path: Path, uid: int, gid: int) -> bool:
+    """Whether ``uid`` (with only group ``gid``) can reach ``path`` through every folder above it."""
+    for folder in [*reversed(path.parents), path]:
+        try:
+            st = os.stat(folder)
+        except OSError:
+            return False
+        if not stat.S_ISDIR(st.st_mode):
+            continue
+        shift = 6 if st.st_uid == uid else 3 if st.st_gid == gid else 0
+        if not (st.st_mode >> shift) & 0o1:
+            return False
+    return True
+
+
+def kernel_environment(workdir: Path, extra: dict | None = None) -> dict[str, str]:
+    """The kernel's whole environment: an allowlist. No secret the grader holds (``GENLAB_DB``, cloud keys, CI
+    tokens) is in it, whatever the grader's own environment holds."""
+    workdir = str(Path(workdir).resolve())
+    env = {"PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
+           "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8",
+           # One thread per kernel: graders run several kernels on few cores, and oversubscribed OpenMP pools
+           # make timings swing by 10x. Student and reference kernels get the same, so timing ratios stay fair.
+           **{name: "1" for name in THREADS},
+           **{name: os.environ[name] for name in PASSED_ON if name in os.environ},
+           **(extra or {}),
+           "MPLBACKEND": "Agg", "PYDEVD_DISABLE_FILE_VALIDATION": "1", "PYTHONNOUSERSITE": "1"}
+    return env
+
+
+# -- starting it ---------------------------------------------------------------------------------------------
 @lru_cache(maxsize=1)
 def probe() -> str:
-    """'' when bubblewrap works here, else why not (missing binary, user namespaces refused, ...)."""
-    bwrap = shutil.which("bwrap")
-    if bwrap is None:
+    """'' when a kernel can be sandboxed here, else why not (no bubblewrap, no kernel user, user namespaces
+    refused, the Python environment out of the kernel user's reach, ...)."""
+    if shutil.which("bwrap") is None:
         return "bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
     try:
-        run = subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-all", "--uid", str(SANDBOX_UID), "true"],
-                             capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"bubblewrap could not start: {exc}"
+        kernel_account()
+    except KeyError:
+        return (f"the grader runs as root and there is no unprivileged user {KERNEL_USER!r} to run kernels as: "
+                "run .ci/system-deps.sh as root (it creates it), or useradd --system --user-group "
+                f"--no-create-home --shell /usr/sbin/nologin {KERNEL_USER}")
+    with tempfile.TemporaryDirectory(prefix="genlab-probe-") as tmp:
+        work = Path(tmp) / "k"
+        work.mkdir()
+        prepare_workdir(work)
+        try:
+            argv = launcher(SandboxConfig(), work) + [sys.executable, "-c", "import genlab"]
+            run = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired, RuntimeError) as exc:
+            return f"bubblewrap could not start: {exc}"
     if run.returncode != 0:
-        return f"bubblewrap cannot create namespaces here: {run.stderr.strip()[:300]}"
+        return f"bubblewrap cannot start a kernel here: {run.stderr.strip()[-300:]}"
     return ""
 
 
@@ -62,33 +184,75 @@ def require(unsafe: bool) -> bool:
                              "grade trusted notebooks anyway.")
 
 
+def _gpu_devices() -> list[str]:
+    return sorted(str(p) for p in Path("/dev").glob("nvidia*") if p.is_char_device())
+
+
 def launcher(config: SandboxConfig, workdir: Path) -> list[str]:
-    """The command prefix that starts the kernel inside the sandbox, in ``workdir``."""
+    """The command prefix that starts the kernel inside the sandbox, in ``workdir``.
+
+    As root: ``unshare`` gives the kernel a mount namespace of its own, where ``/bin/sh`` (still root) gives
+    the scratch folder to the kernel user, binds the paths that user cannot reach under :data:`STAGE`, and
+    execs ``setpriv`` to drop to that user with no capabilities and no_new_privs, which execs bubblewrap."""
     workdir = Path(workdir).resolve()
-    argv = [shutil.which("bwrap") or "bwrap",
-            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--tmpfs", "/run", "--tmpfs", "/var/tmp", "--tmpfs", "/dev/shm"]
-    # /tmp stays visible (read-only): the course, its virtual environment and a CI checkout may live there.
-    # The other kernels' scratch folders beside this one are hidden; this one is bound back below.
-    for path in [workdir.parent, *config.hide]:
+    account = kernel_account()
+    bwrap = shutil.which("bwrap") or "bwrap"
+    argv = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--clearenv"]
+    for name in SYSTEM:
+        path = Path(name)
+        if path.is_symlink():
+            argv += ["--symlink", os.readlink(path), name]   # merged /usr: /lib -> usr/lib
+        elif path.is_dir():
+            argv += ["--ro-bind", name, name]
+    staged: list[Path] = []     # paths the kernel user cannot reach, bound into STAGE by the root-side shell
+
+    def bind(path: Path, writable: bool = False):
+        source = path
+        if account is not None and not _reachable(path, *account):
+            source = STAGE / str(len(staged))
+            staged.append(path)
+        argv.extend(["--bind" if writable else "--ro-bind", str(source), str(path)])
+
+    for path in visible_paths():
+        bind(path)
+    for path in config.hide:   # only matters where a hidden folder lies inside a visible one
         path = Path(path).resolve()
-        if path.is_dir():
-            argv += ["--tmpfs", str(path)]  # the scratch folder is bound back in below, even if inside
-        elif path.is_file():
-            argv += ["--ro-bind", "/dev/null", str(path)]
-    argv += ["--bind", str(workdir), str(workdir), "--chdir", str(workdir),
-             "--setenv", "HOME", str(workdir), "--setenv", "TMPDIR", str(workdir),
-             # ipykernel exits when its parent looks gone; in a PID namespace its parent is the sandbox init.
-             "--unsetenv", "JPY_PARENT_PID",
-             "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-             "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
-             # Address space: with cgroups (autograder/cgroups.py) the memory limit is the cgroup's, and
-             # this cap only stops absurd single allocations; torch alone maps about 1.5 GiB it never touches.
-             "prlimit", f"--as={config.memory_bytes + (ADDRESS_HEADROOM if cgroups.usable() else 0)}",
-             f"--fsize={config.max_file_bytes}", "--core=0", "--"]
-    return argv
+        if any(path.is_relative_to(v) for v in visible_paths()):
+            argv += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
+    argv += ["--dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc"]
+    for device in _gpu_devices():
+        argv += ["--dev-bind", device, device]
+    if _gpu_devices():
+        argv += ["--ro-bind", "/sys", "/sys"]   # the CUDA driver reads the PCI topology there
+    bind(workdir, writable=True)
+    # The sandbox's own root (where the folders above the bound paths were made) is read-only too: the
+    # scratch folder and /dev/shm are the only places a kernel writes.
+    argv += ["--remount-ro", "/", "--chdir", str(workdir)]
+    for name, value in kernel_environment(workdir).items():
+        argv += ["--setenv", name, value]
+    argv += [
+        # Address space: with cgroups (autograder/cgroups.py) the memory limit is the cgroup's, and this cap
+        # only stops absurd single allocations; torch alone maps about 1.5 GiB it never touches.
+        # Processes: RLIMIT_NPROC counts this kernel's user namespace only, and works because the kernel's
+        # uid is not root outside; pids.max (cgroups) caps the same where the machine allows cgroups.
+        "prlimit", f"--as={config.memory_bytes + (ADDRESS_HEADROOM if cgroups.usable() else 0)}",
+        f"--fsize={config.max_file_bytes}", "--core=0", f"--nproc={config.max_processes}", "--"]
+    if account is None:
+        return argv
+    uid, gid = account
+    q = shlex.quote
+    stage = "".join(f" && mkdir {STAGE / str(i)} && mount --bind {q(str(path))} {STAGE / str(i)}"
+                    for i, path in enumerate(staged))
+    script = (f"chown -R {uid}:{gid} {q(str(workdir))} && chmod 700 {q(str(workdir))}"
+              + (f" && mount -t tmpfs -o mode=755,size=64k genlab-stage {STAGE}{stage}" if staged else "")
+              + f' && exec {shutil.which("setpriv") or "setpriv"} --reuid={uid} --regid={gid} --clear-groups '
+                '--inh-caps=-all --bounding-set=-all --no-new-privs -- "$@"')
+    # unshare: the staging mounts live in a mount namespace of this kernel's own, invisible to the machine.
+    return [shutil.which("unshare") or "unshare", "--mount", "--propagation", "private",
+            "/bin/sh", "-c", script, "genlab-sandbox", *argv]
 
 
 def prepare_workdir(workdir: Path) -> None:
-    """The sandbox user must be able to write its scratch folder (and nothing else)."""
-    Path(workdir).chmod(0o777)
+    """Only the kernel may use its scratch folder: mode 700 (the launcher gives it to the kernel user)."""
+    Path(workdir).chmod(0o700)

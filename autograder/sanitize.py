@@ -1,0 +1,139 @@
+"""Feedback pages are inert: nothing a student's notebook produced runs as script when a page is opened.
+
+A student's outputs (HTML, SVG, JavaScript, Markdown) and raw HTML in their own markdown cells would
+otherwise be embedded as they are, and a TA opening the page, or a course site serving it, would run the
+student's JavaScript. Two walls, both built from libraries rather than a hand-written filter:
+
+1. :func:`inert_notebook`, before nbconvert/nbgrader render a notebook: outputs keep only passive types
+   (JavaScript and widget outputs are dropped, so their plain-text fallback shows); HTML outputs are cleaned
+   with nh3 (the Ammonia sanitizer); an SVG is cleaned with nh3 too and then shown as an ``<img>`` of a
+   ``data:`` URL, where a browser never runs script nor loads anything.
+2. :func:`seal_page`, on every HTML page written: the page's body, where the student's rendered markdown and
+   outputs are, is cleaned again with nh3 (no script, no ``on*`` handler, no ``javascript:`` URL, no iframe,
+   no form, images only from ``data:`` URLs), and a Content-Security-Policy meta tag that forbids every
+   script and every remote load goes first in the head.
+
+PNG and JPEG plots still display (``data:`` images), and so do SVG plots, after cleaning.
+"""
+from __future__ import annotations
+
+import base64
+import copy
+import re
+from pathlib import Path
+
+import nh3
+
+# No script of any kind, nothing loaded from anywhere but the page itself: images are data: URLs, styles are
+# the template's inline ones. Placed first in <head>, before anything it governs.
+CSP = ("default-src 'none'; script-src 'none'; object-src 'none'; frame-src 'none'; child-src 'none'; "
+       "connect-src 'none'; img-src data:; style-src 'unsafe-inline'; font-src data:; media-src data:; "
+       "base-uri 'none'; form-action 'none'")
+CSP_META = f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+
+# Output types that are only ever displayed. Everything else (application/javascript, widget views, any
+# vendor type a renderer might execute) is dropped; a display's text/plain fallback then shows instead.
+PASSIVE = {"text/plain", "text/html", "text/markdown", "text/latex", "image/png", "image/jpeg", "image/gif",
+           "image/svg+xml", "application/json"}
+IMAGE_DATA = re.compile(r"^data:image/(png|jpeg|gif|svg\+xml);base64,[A-Za-z0-9+/=\s]*$")
+
+# HTML: Ammonia's default tags (no script, style, iframe, object, form, svg...), plus the attributes
+# nbconvert's templates and plots need to look right. ``style`` is left out: it can load remote resources.
+HTML_ATTRIBUTES = {"*": {"class", "id", "title", "lang", "dir", "align"},
+                   "a": {"href"}, "img": {"src", "alt", "width", "height"},
+                   "td": {"colspan", "rowspan"}, "th": {"colspan", "rowspan", "scope"}, "ol": {"start"}}
+
+# SVG: shapes, text, groups, clipping, gradients and references inside the drawing (``#id``); no script,
+# no event handler, no foreignObject (which can hold HTML), no external href (url_schemes is empty, so only
+# relative references such as matplotlib's ``<use xlink:href="#m0">`` remain).
+SVG_TAGS = {"svg", "g", "path", "rect", "circle", "ellipse", "line", "polyline", "polygon", "text", "tspan",
+            "defs", "clipPath", "use", "title", "desc", "linearGradient", "radialGradient", "stop", "symbol",
+            "marker", "mask", "pattern"}
+SVG_ATTRIBUTES = {"*": {"id", "class", "style", "transform", "fill", "fill-opacity", "fill-rule", "stroke",
+                        "stroke-width", "stroke-opacity", "stroke-linecap", "stroke-linejoin", "stroke-dasharray",
+                        "opacity", "clip-path", "clip-rule", "mask", "d", "x", "y", "dx", "dy", "width", "height",
+                        "viewBox", "preserveAspectRatio", "xmlns", "xmlns:xlink", "version", "points", "cx",
+                        "cy", "r", "rx", "ry", "x1", "x2", "y1", "y2", "offset", "stop-color", "stop-opacity",
+                        "gradientUnits", "gradientTransform", "patternUnits", "clipPathUnits", "markerWidth",
+                        "markerHeight", "refX", "refY", "orient", "href", "xlink:href", "font-size",
+                        "font-family", "font-weight", "font-style", "text-anchor", "dominant-baseline"}}
+
+
+def _only_data_images(tag: str, attribute: str, value: str) -> str | None:
+    """nh3 attribute filter: an image may come from a data: URL only (no remote load); a link never may."""
+    if tag == "img" and attribute == "src":
+        return value if IMAGE_DATA.match(value) else None
+    if attribute == "href" and value.strip().lower().startswith("data:"):
+        return None
+    return value
+
+
+def clean_html(html: str) -> str:
+    """An HTML fragment with nothing active left in it (see the module's docstring)."""
+    return nh3.clean(html, attributes=HTML_ATTRIBUTES, attribute_filter=_only_data_images,
+                     url_schemes={"http", "https", "mailto", "data"}, link_rel="noopener noreferrer nofollow")
+
+
+def clean_svg(svg: str) -> str:
+    """An SVG document with only drawing elements and in-document references left."""
+    drawing = nh3.clean(svg, tags=SVG_TAGS, attributes=SVG_ATTRIBUTES, url_schemes=set(), link_rel=None)
+    # The cleaned drawing must stay well-formed XML, or the image shows nothing: html5ever writes a no-break
+    # space as an HTML entity, and drops the xmlns:xlink declaration, so references use SVG 2's plain href.
+    return drawing.replace("&nbsp;", "&#160;").replace(" xlink:href=", " href=").strip()
+
+
+def svg_as_image(svg: str) -> str:
+    """The cleaned SVG as an <img> of a data: URL: in an image a browser runs no script and loads nothing."""
+    data = base64.b64encode(clean_svg(svg).encode()).decode()
+    return f'<img src="data:image/svg+xml;base64,{data}" alt="SVG figure">'
+
+
+def _text(value) -> str:
+    return "".join(value) if isinstance(value, list) else str(value)
+
+
+def inert_outputs(outputs: list) -> list:
+    for output in outputs:
+        data = output.get("data")
+        if not isinstance(data, dict):
+            continue
+        for mime in [m for m in data if m not in PASSIVE]:
+            del data[mime]
+        if "image/svg+xml" in data:
+            svg = _text(data.pop("image/svg+xml"))
+            data.setdefault("text/html", svg_as_image(svg))
+        if "text/html" in data:
+            data["text/html"] = clean_html(_text(data["text/html"]))
+        if not data:
+            data["text/plain"] = "[genlab: an output that only a browser script could show was removed]"
+    return outputs
+
+
+def inert_notebook(nb):
+    """A copy of ``nb`` whose outputs are inert (markdown cells are cleaned on the rendered page)."""
+    nb = copy.deepcopy(nb)
+    for cell in nb.cells:
+        if cell.get("cell_type") == "code":
+            inert_outputs(cell.get("outputs", []))
+    return nb
+
+
+def seal_page(page: str) -> str:
+    """An HTML page with its body cleaned and a CSP that forbids script placed first in its head."""
+    head, body_open, rest = page.partition("<body")
+    if not body_open:  # not a whole page: the fragment itself is what must be clean
+        return CSP_META + clean_html(page)
+    tag_end = rest.index(">") + 1
+    inner, body_close, tail = rest[tag_end:].rpartition("</body>")
+    body = body_open + rest[:tag_end] + clean_html(inner) + body_close + tail
+    if CSP_META not in head:
+        head = re.sub(r"<head[^>]*>", lambda m: m.group(0) + "\n" + CSP_META, head, count=1)
+    return head + body
+
+
+def seal_pages(folder: Path) -> int:
+    """Seals every ``*.html`` under ``folder`` in place; returns how many pages were sealed."""
+    pages = sorted(Path(folder).rglob("*.html")) if Path(folder).is_dir() else []
+    for path in pages:
+        path.write_text(seal_page(path.read_text()))
+    return len(pages)
