@@ -35,7 +35,7 @@ from autograder.labs import LabFolder
 from autograder.limits import Limits
 from autograder.remote import RemoteFunction
 from autograder.results import Result, Status
-from autograder.scan import scan_cells
+from autograder.scan import scan_notebook
 from genlab.catalog import Bug, bugs_for
 from genlab.testing.calls import Recorder
 from genlab.testing.diagnosis import diagnose
@@ -169,8 +169,12 @@ def assemble_cells(g: Grading) -> None:
 
 
 def scan(g: Grading) -> None:
-    """Every cell the student wrote is read for tampering, whether or not it is run."""
-    g.evidence += scan_cells(g.assembled.student_cells)
+    """Every cell the student wrote is read for tampering, whether or not it is run. Looks outside the
+    kernel's folder find nothing in the sandbox: they cost no marks and are noted for the instructor."""
+    found = scan_notebook(g.assembled.student_cells)
+    g.evidence += found.tampering
+    g.notes.extend(f"looked outside its own folder (the sandbox shows nothing there; no marks taken): {p}"
+                   for p in found.probes)
 
 
 def start_kernel(g: Grading) -> None:

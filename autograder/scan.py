@@ -3,11 +3,16 @@
 Verdicts are taken outside the student's kernel, so none of these can earn a pass by themselves; but a
 notebook that patches torch, IPython or genlab, or pokes at the grader's files, is reported to the
 instructor as ``tampered`` with the offending line as evidence, instead of being graded as if honest.
+
+Reading outside its own folder (walking ``/`` or ``/root``, dumping ``os.environ``) is another matter: the
+sandbox simply shows nothing there, so it costs no marks; such lines are *probes*, kept as notes for the
+instructor.
 """
 from __future__ import annotations
 
 import ast
 import re
+from dataclasses import dataclass, field
 
 from IPython.core.inputtransformer2 import TransformerManager
 
@@ -25,6 +30,10 @@ FORBIDDEN_NAMES = {"__code__", "__globals__", "_getframe", "__subclasses__"}
 # grader's files; the bare words are everyday English ("hidden units", "my solutions") and are not flagged.
 _GRADER_WORDS = r"(solutions|gradebook|autograder|\.genlab_rpc|hidden|source)"
 GRADER_PATH = re.compile(rf"(^|[/\\]){_GRADER_WORDS}[/\\.]|[/\\]{_GRADER_WORDS}$")
+# Listing or opening these is looking beyond the kernel's own folder (probes, not tampering).
+OUTSIDE = re.compile(r"^(/|/root|/home|/srv|/tmp|/etc|/var|/mnt|/opt|/proc/1|~|\.\.)(/|$)")
+FILE_READS = {"walk", "listdir", "scandir", "glob", "iglob", "rglob", "iterdir", "open", "Path", "read_text"}
+ENVIRON_DUMPS = {"items", "keys", "values", "copy"}
 
 
 # Settings a student may change without touching how anything is measured or judged.
@@ -51,9 +60,16 @@ class _Scanner(ast.NodeVisitor):
         self.shells: set[str] = set()  # names bound to get_ipython()
         self.getters = {"get_ipython"}  # names of get_ipython itself (`from IPython import get_ipython as g`)
         self.findings: list[tuple[int, str]] = []
+        self.probes: list[tuple[int, str]] = []
 
     def flag(self, node, why: str):
         self.findings.append((getattr(node, "lineno", 0), why))
+
+    def probe(self, node, why: str):
+        self.probes.append((getattr(node, "lineno", 0), why))
+
+    def _is_environ(self, node) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr == "environ" and self.root(node) == "os"
 
     def root(self, node) -> str | None:
         while isinstance(node, (ast.Attribute, ast.Subscript)):
@@ -124,6 +140,8 @@ class _Scanner(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_For(self, node):
+        if self._is_environ(node.iter):
+            self.probe(node, "reads the whole environment: for ... in os.environ")
         # `for m in (torch, np): m.allclose = ...`
         if isinstance(node.iter, (ast.Tuple, ast.List)) and isinstance(node.target, ast.Name) \
                 and any(isinstance(e, (ast.Name, ast.Attribute)) and self.protected(e) for e in node.iter.elts):
@@ -165,6 +183,13 @@ class _Scanner(ast.NodeVisitor):
         for arg in node.args:
             if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and GRADER_PATH.search(arg.value):
                 self.flag(node, f"touches the grader's files ({arg.value!r})")
+            elif isinstance(arg, ast.Constant) and isinstance(arg.value, str) and OUTSIDE.match(arg.value) \
+                    and (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")) in FILE_READS:
+                self.probe(node, f"reads outside its folder: {_dotted(node)[:80]}")
+            elif self._is_environ(arg):
+                self.probe(node, f"reads the whole environment: {_dotted(node)[:80]}")
+        if isinstance(func, ast.Attribute) and func.attr in ENVIRON_DUMPS and self._is_environ(func.value):
+            self.probe(node, f"reads the whole environment: {_dotted(node)[:80]}")
         if isinstance(func, ast.Attribute) and _is_sys_modules(func.value) \
                 and func.attr in ("pop", "update", "clear", "setdefault", "__setitem__", "__delitem__", "popitem"):
             self.flag(node, f"changes sys.modules ({_dotted(func)})")
@@ -185,23 +210,35 @@ def _is_sys_modules(node) -> bool:
         and node.value.id == "sys"
 
 
-def scan_cells(cells: list[tuple[str, str]]) -> list[str]:
-    """Evidence lines ("cell `reparameterize`, line 3: replaces torch.allclose"), empty for honest code.
+@dataclass
+class Scan:
+    tampering: list[str] = field(default_factory=list)   # evidence: the notebook is graded as tampered
+    probes: list[str] = field(default_factory=list)      # looks outside its folder: notes, no marks taken
+
+
+def scan_notebook(cells: list[tuple[str, str]]) -> Scan:
+    """Lines such as "cell `reparameterize`, line 3: replaces torch.allclose"; both lists empty for honest code.
 
     The cells are read in the order they run, so `import torch.testing as tt` in one cell and
     `tt.assert_close = ...` in a later one are seen together.
     """
     scanner, magics = _Scanner(), TransformerManager()
-    evidence: list[str] = []
+    result = Scan()
     for where, source in cells:
         try:
             tree = ast.parse(magics.transform_cell(source))
         except SyntaxError:
             continue  # the cell will fail when run; nothing to hide there
-        scanner.findings = []
+        scanner.findings, scanner.probes = [], []
         scanner.visit(tree)
-        evidence += [f"{where}, line {line}: {why}" for line, why in sorted(set(scanner.findings))]
-    return evidence
+        result.tampering += [f"{where}, line {line}: {why}" for line, why in sorted(set(scanner.findings))]
+        result.probes += [f"{where}, line {line}: {why}" for line, why in sorted(set(scanner.probes))]
+    return result
+
+
+def scan_cells(cells: list[tuple[str, str]]) -> list[str]:
+    """The tampering evidence alone (see :func:`scan_notebook`)."""
+    return scan_notebook(cells).tampering
 
 
 def scan_source(source: str, where: str) -> list[str]:

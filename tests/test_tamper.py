@@ -101,3 +101,25 @@ def test_the_run_time_check_sees_patches_the_scan_cannot(name):
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     assert name in run.stdout
+
+
+@pytest.mark.parametrize("source", [
+    "import os\nfor d, _, fs in os.walk('/'):\n    pass\n",
+    "import os\nprint(os.listdir('/root'))\n",
+    "import os\nprint(dict(os.environ))\n",
+    "import os\nfor k, v in os.environ.items():\n    print(k, v)\n",
+    "import glob\nglob.glob('/tmp/**/*.json', recursive=True)\n",
+])
+def test_looking_outside_the_folder_is_a_probe_not_tampering(source):
+    from autograder.scan import scan_notebook
+
+    found = scan_notebook([("cell `x`", source)])
+    assert found.probes and not found.tampering, found
+
+
+@pytest.mark.parametrize("source", ["import os\nhome = os.environ.get('HOME')\n", "open('data.txt')\n",
+                                    "import os\nos.listdir('.')\n"])
+def test_everyday_file_and_environment_use_is_no_probe(source):
+    from autograder.scan import scan_notebook
+
+    assert scan_notebook([("cell `x`", source)]).probes == []
