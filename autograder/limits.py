@@ -39,7 +39,8 @@ class Limits:
                  **{k: v for k, v in overrides.items() if v is not None}}
         unknown = sorted(set(given) - names)
         if unknown:
-            raise ValueError(f"unknown limits {unknown} in {course_toml or 'the flags'}: the limits are {sorted(names)}")
+            raise ValueError(f"unknown limits {unknown} in {course_toml or 'the flags'}: "
+                             f"the limits are {sorted(names)}")
         return replace(cls(), **given)
 
     @property
