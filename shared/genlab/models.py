@@ -12,7 +12,7 @@ import math
 import torch
 from torch import nn
 
-__all__ = ["time_features", "TinyDenoiser", "OracleDenoiser", "WIRE_MODELS"]
+__all__ = ["time_features", "TinyDenoiser", "OracleDenoiser", "PrefixLM", "WIRE_MODELS"]
 
 
 def time_features(t: torch.Tensor, dim: int, max_period: float = 10_000.0) -> torch.Tensor:
@@ -73,5 +73,39 @@ class OracleDenoiser(nn.Module):
         return eps.to(x_t.dtype)
 
 
+class PrefixLM(nn.Module):
+    """A language model whose next token depends on the whole prefix and on the position, with a cache.
+
+    The logits at position t read the mean of the embeddings of tokens 0..t plus sinusoidal features of t,
+    so a generator that drops the prefix, counts a token twice or restarts the positions gets other tokens.
+    ``forward(ids)`` recomputes everything (``[B, T] -> [B, T, V]``); ``decode(ids, past)`` is the cached path
+    Lab 3's ``generate`` uses: it reads only the new tokens ``ids`` and ``past = (sum of embeddings, count)``
+    and returns ``(logits of the new tokens, new past)``, with the same logits as ``forward`` on the whole
+    sequence. ``seed`` fixes the weights without touching the global random generator.
+    """
+
+    def __init__(self, vocab: int = 13, dim: int = 16, seed: int = 0):
+        super().__init__()
+        self.config = {"vocab": vocab, "dim": dim, "seed": seed}
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.emb = nn.Embedding(vocab, dim)
+            self.head = nn.Linear(dim, vocab)
+
+    def _logits(self, running_sum: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        mean = running_sum / (positions + 1).to(running_sum.dtype)[None, :, None]
+        return self.head(mean + time_features(positions, self.config["dim"])[None])
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        return self._logits(self.emb(ids).cumsum(dim=1), positions)
+
+    def decode(self, ids: torch.Tensor, past=None):
+        total, count = past if past is not None else (torch.zeros(ids.shape[0], self.config["dim"]), 0)
+        running = total[:, None] + self.emb(ids).cumsum(dim=1)
+        positions = torch.arange(count, count + ids.shape[1], device=ids.device)
+        return self._logits(running, positions), (running[:, -1], count + ids.shape[1])
+
+
 # The classes the test wire may rebuild in a student's kernel (name -> class).
-WIRE_MODELS = {cls.__name__: cls for cls in (TinyDenoiser, OracleDenoiser)}
+WIRE_MODELS = {cls.__name__: cls for cls in (TinyDenoiser, OracleDenoiser, PrefixLM)}

@@ -99,6 +99,7 @@ BUG_SAMPLES = {
     "dropout_ignores_training": "causal_attention",
     "view_heads_first": "split_heads",
     "character_level": "tokenize_smiles", "findall_drops_unmatched": "tokenize_smiles",
+    "cache_fed_whole_sequence": "generate",
 }
 for _bug_id, _function in BUG_SAMPLES.items():
     SAMPLES[f"lab3_bug_{_bug_id}"] = {"cells": {_function: bug_cell(LAB, _bug_id)},

@@ -111,6 +111,24 @@ def findall_drops_unmatched(smiles):
     return _PATTERN_WITHOUT_BACKSLASH.findall(smiles)
 
 
+# --- generate -----------------------------------------------------------------------------------------------
+def cache_fed_whole_sequence(model, prompt_ids, max_new_tokens, use_kv_cache, temperature=1.0, generator=None):
+    ids, past_kv = prompt_ids, None
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            if use_kv_cache:
+                logits, past_kv = model.decode(ids, past_kv)  # the whole sequence again, on top of the cache
+            else:
+                logits = model(ids)
+            logits = logits[:, -1]
+            if temperature == 0:
+                next_id = logits.argmax(dim=-1, keepdim=True)
+            else:
+                next_id = torch.multinomial((logits / temperature).softmax(dim=-1), 1, generator=generator)
+            ids = torch.cat([ids, next_id], dim=1)
+    return ids
+
+
 BUGS = [
     Bug("triu_diagonal_zero", "causal_mask", "triu with the wrong diagonal (the token cannot see itself)",
         "the future-mask torch.triu(ones, diagonal=0) also hides the diagonal: the first query of a square mask "
@@ -188,4 +206,12 @@ BUGS = [
         "Python docs: re.findall (non-overlapping matches, unmatched text skipped); OpenSMILES specification "
         "(bond symbols - = # $ : / \\)",
         findall_drops_unmatched),
+    Bug("cache_fed_whole_sequence", "generate", "the whole sequence fed to the model on top of its KV cache",
+        "with a cache the model has already read every earlier token; feeding the whole sequence again counts "
+        "the prefix twice (and shifts the positions), so the cached path generates other tokens than full "
+        "recomputation.",
+        "after the first step pass only the newest token: model.decode(ids[:, -1:], past_kv).",
+        "transformers' GPT2LMHeadModel.prepare_inputs_for_generation ('only last token for input_ids if past "
+        "is defined'); THUDM/chatglm-6b commit cd8041e 'Fix past_key_values'; huggingface/optimum issue #1839",
+        cache_fed_whole_sequence),
 ]

@@ -207,7 +207,8 @@ _MODULES = {cls.__name__: cls for cls in (
     torch.nn.LayerNorm, torch.nn.Embedding, torch.nn.Flatten)}
 # genlab's own small models (trusted code, shipped in this package; children are allow-listed torch.nn modules):
 # Lab 2's ddpm_loss(model, ...) and p_sample_step(model, ...) are tested with them.
-_MODULES.update({cls.__name__: cls for cls in (_genlab_models.TinyDenoiser, _genlab_models.OracleDenoiser)})
+# Lab 3's generate(model, ...) with a KV cache is tested with PrefixLM (it has a decode method).
+_MODULES.update(_genlab_models.WIRE_MODELS)
 
 # The constructor arguments of each class, read back from the instance (all ints, floats, bools or str).
 _INIT_ARGS = {
@@ -219,6 +220,7 @@ _INIT_ARGS = {
     "Embedding": lambda m: {"num_embeddings": m.num_embeddings, "embedding_dim": m.embedding_dim},
     "Flatten": lambda m: {"start_dim": m.start_dim, "end_dim": m.end_dim},
     "TinyDenoiser": lambda m: {k: int(v) for k, v in m.config.items()},
+    "PrefixLM": lambda m: {k: int(v) for k, v in m.config.items()},
 }
 
 
