@@ -80,7 +80,9 @@ def test_nbval_output_recorder(tmp_path):
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, str(tmp_path / "t.ipynb"))
     out = tmp_path / "outputs.jsonl"
-    env = {**os.environ, "GENLAB_NBVAL_OUTPUTS": str(out),
+    # the inner pytest is a controller of its own, not one of this run's xdist workers
+    outer = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
+    env = {**outer, "GENLAB_NBVAL_OUTPUTS": str(out),
            "PYTHONPATH": os.pathsep.join([str(ROOT / ".ci"), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "gpu_check_outputs",
                            "--nbval-lax", "t.ipynb"], cwd=tmp_path, env=env, capture_output=True, text=True,
