@@ -52,9 +52,13 @@ def _request(session, recorder: Recorder, kind: str, name: str, args, kwargs, ta
     encoder = wire.Encoder()
     header = {"kind": kind, **target, **extra,
               "args": encoder.encode(tuple(args)), "kwargs": encoder.encode(dict(kwargs))}
+    call = Call(kind, name, detached(tuple(args)), detached(dict(kwargs)))  # the arguments as they were sent
     reply, tensors = session.request(header, encoder)
-    call = Call(kind, name, detached(tuple(args)), detached(dict(kwargs)))
     recorder.calls.append(call)
+    if reply.get("ok") and kind == "call":  # a module the function switched to eval() is switched here too
+        sent = wire.sent_modules(header["args"], tuple(args)) + wire.sent_modules(header["kwargs"], dict(kwargs))
+        wire.apply_modes(sent, reply.get("modes"))
+        call.modes_after = [wire.modes(m) for m in sent]
     if not reply.get("ok"):
         err = reply.get("error", {})
         call.error = str(err.get("type", "Exception"))

@@ -141,10 +141,30 @@ def open_notebook(page, jupyter_lab, path: str, workspace: str):
                            timeout=120_000)
 
 
+DIALOG = ".jp-Dialog"
+
+
+def close_dialog(page) -> str | None:
+    """Closes a JupyterLab dialog in the way (a loaded machine can raise "Select Kernel" before the session takes
+    commands, or "Server Connection Error" when the server answers late), with its default button; its text,
+    or None when there was none."""
+    dialog = page.locator(DIALOG)
+    if not dialog.count():
+        return None
+    text = " ".join(dialog.first.inner_text().split())
+    accept = dialog.first.locator(".jp-Dialog-footer button.jp-mod-accept")
+    (accept.first if accept.count() else dialog.first.locator(".jp-Dialog-footer button").last).click()
+    dialog.first.wait_for(state="detached", timeout=10_000)
+    return text
+
+
 def run_all(page, timeout_s: float) -> None:
     """Run > Run All Cells, then wait until no cell is queued or running and the kernel is idle after a run:
     the indicator then shows the elapsed time, or a traceback stopped the run."""
+    dialogs = []
     for _attempt in range(3):
+        if text := close_dialog(page):
+            dialogs.append(text)
         page.get_by_role("menuitem", name="Run", exact=True).click()
         page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
         try:  # a loaded machine can show the notebook before its kernel session takes commands: try again
@@ -152,8 +172,13 @@ def run_all(page, timeout_s: float) -> None:
             break
         except PlaywrightTimeout:
             page.keyboard.press("Escape")  # close the menu if it is still open
+            if text := close_dialog(page):
+                dialogs.append(text)
     else:
-        raise AssertionError("Run > Run All Cells started no cell, three times")
+        raise AssertionError("Run > Run All Cells started no cell, three times"
+                             + "".join(f"\n  dialog closed on the way: {t!r}" for t in dialogs))
+    for text in dialogs:
+        print(f"dialog closed before the run: {text!r}")
     page.wait_for_function(
         f"""() => !{PROMPTS}.some(p => p.includes('*'))
             && document.querySelector('{INDICATOR}').textContent.includes('Kernel status: Idle')

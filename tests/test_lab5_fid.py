@@ -16,7 +16,7 @@ from torchmetrics.image.kid import KernelInceptionDistance  # noqa: E402
 
 from genlab.catalog import bug  # noqa: E402
 from genlab.data import load_digits, photo_crops  # noqa: E402
-from genlab.features import CHECKPOINT, DigitFeatureNet, extract_features, load_feature_net, train_feature_net  # noqa: E402
+from genlab.features import CHECKPOINT, DigitFeatureNet, load_feature_net, train_feature_net  # noqa: E402
 from genlab.testing import load_reference  # noqa: E402
 
 LAB = "lab5_fid"
@@ -28,9 +28,9 @@ def ref():
 
 
 @pytest.fixture(scope="module")
-def digit_features():
+def digit_features(ref):
     images, labels = load_digits(flat=False)
-    return extract_features(load_feature_net(), images), labels
+    return ref.extract_features(load_feature_net(), images), labels
 
 
 class Identity(torch.nn.Module):
@@ -69,7 +69,9 @@ def test_feature_net_shapes_and_frozen():
         load_feature_net("/nonexistent/net.safetensors")
 
 
-def test_extract_features_eval_mode_batching_and_mode_restored():
+def test_extract_features_eval_mode_batching_and_mode_restored(ref):
+    """The reference solution (the lab's student function): eval mode inside, batches, the caller's mode back."""
+    extract_features = ref.extract_features
     images, _ = load_digits(flat=False)
     net = load_feature_net().train()                 # left in train mode by a careless caller
     before = {k: v.clone() for k, v in net.state_dict().items()}
@@ -159,6 +161,30 @@ def test_catalogued_bugs_show_their_symptoms(ref):
     biased = [bug(LAB, "biased_mmd").impl(torch.randn(50, 8, generator=gen), torch.randn(50, 8, generator=gen), 1, 50)[0]
               for _ in range(20)]
     assert min(biased) > 0, "the V-statistic is positive for two samples of one distribution"
+
+    images = load_digits(flat=False)[0][:64]
+    train_bug = bug(LAB, "train_mode_features").impl
+    whole, pieces = train_bug(load_feature_net().train(), images, 64), train_bug(load_feature_net().train(), images, 4)
+    assert (whole - pieces).abs().max() > 0.1, "in train mode the features depend on the batch size"
+
+
+def test_a_model_left_in_eval_mode_is_named_from_the_recorded_calls(ref):
+    """mode_not_restored gives the right features: only the mode it leaves behind (Call.modes_after) names it."""
+    from genlab.testing.calls import LocalFunction, Recorder
+    from genlab.testing.diagnosis import diagnose
+
+    images = load_digits(flat=False)[0][:20]
+    found = {}
+    for name, fn in [("reference", ref.extract_features), ("mode_not_restored", bug(LAB, "mode_not_restored").impl),
+                     ("train_mode_features", bug(LAB, "train_mode_features").impl)]:
+        recorder = Recorder()
+        extract = LocalFunction(fn, "extract_features", recorder)
+        extract(load_feature_net().train(), images, 8)
+        extract(load_feature_net(), images, batch_size=8)
+        found[name] = [b.id for b in diagnose(
+            [bug(LAB, "mode_not_restored"), bug(LAB, "train_mode_features")], recorder.calls, ref)]
+    assert found == {"reference": [], "mode_not_restored": ["mode_not_restored"],
+                     "train_mode_features": ["train_mode_features"]}
 
 
 # -- data and plots ----------------------------------------------------------------------------------------

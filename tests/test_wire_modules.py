@@ -82,3 +82,41 @@ def test_an_object_the_kernel_returned_goes_back_as_its_handle():
             self._handle = wire.Handle(42, "__main__.LoRALinear")
 
     assert wire.Encoder().encode([Returned()]) == [{"__handle__": 42, "type": "__main__.LoRALinear"}]
+
+
+def test_the_digit_feature_network_crosses_with_its_batchnorm_statistics(tmp_path):
+    """Lab 5's extract_features is tested with the course's feature network: convolutions, BatchNorm buffers and
+    each submodule's mode arrive, and rebuilding it draws nothing from the kernel's random generator."""
+    from genlab.features import load_feature_net
+
+    net = load_feature_net()
+    net.bn2.train()
+    rng_before = torch.random.get_rng_state()
+    got = _round_trip(net, tmp_path)
+    assert torch.equal(torch.random.get_rng_state(), rng_before), "rebuilding must not draw random numbers"
+    assert type(got) is type(net) and got.conv1.padding == net.conv1.padding
+    for name, value in net.state_dict().items():
+        assert torch.equal(got.state_dict()[name], value), name
+    assert wire.modes(got) == wire.modes(net) and got.bn2.training and not got.bn1.training
+    x = torch.rand(3, 64)
+    got.eval(), net.eval()
+    assert torch.equal(got(x), net(x))
+
+
+def test_a_mode_the_kernel_switched_comes_back_to_the_callers_module(tmp_path):
+    """model.eval() inside a student's function is seen by the test, as it would be in the notebook."""
+    model = nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.5))
+    args = (torch.zeros(1), [model])
+    encoder = wire.Encoder()
+    tree = encoder.encode(args)
+    wire.write_message(tmp_path / "msg", {"args": tree}, encoder)
+    header, tensors = wire.read_message(tmp_path / "msg")
+    rebuilt = wire.decode(header["args"], tensors, modules={})
+    [kernel_copy] = wire.sent_modules(header["args"], rebuilt)
+    kernel_copy.eval()                                       # what the student's function did
+    kernel_copy[0].train()
+    reported = [wire.modes(m) for m in wire.sent_modules(header["args"], rebuilt)]
+    wire.apply_modes(wire.sent_modules(tree, args), reported)
+    assert not model.training and model[0].training and not model[1].training
+    wire.apply_modes([model], [{"": "yes", "1": 1}])             # only plain booleans are taken
+    assert not model.training and not model[1].training

@@ -7,9 +7,9 @@ whose 64-d penultimate activations play the part of Inception's pool features. F
 distances in *this* network's feature space: they are not comparable with published Inception FIDs (different
 network, different dimension, different data), only with each other.
 
-    from genlab.features import load_feature_net, extract_features
+    from genlab.features import load_feature_net
     net = load_feature_net()                        # the shipped checkpoint (assets/digit_features.safetensors)
-    feats = extract_features(net, images)           # [N, 64] float32, eval mode, no autograd
+    feats = extract_features(net, images)           # Lab 5's student function: [N, 64], eval mode, no autograd
 
 The checkpoint is produced by this module, deterministically (fixed seed, one thread, full data order fixed)::
 
@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["DigitFeatureNet", "train_feature_net", "load_feature_net", "extract_features", "CHECKPOINT"]
+__all__ = ["DigitFeatureNet", "train_feature_net", "load_feature_net", "CHECKPOINT"]
 
 CHECKPOINT = Path(__file__).parent / "assets" / "digit_features.safetensors"
 NUM_FEATURES = 64
@@ -99,22 +99,6 @@ def load_feature_net(path: str | Path = CHECKPOINT) -> DigitFeatureNet:
     net = DigitFeatureNet()
     net.load_state_dict(load_file(str(path)))
     return net.eval().requires_grad_(False)
-
-
-def extract_features(model: nn.Module, images: torch.Tensor, batch_size: int = 256) -> torch.Tensor:
-    """``model(images)`` flattened to ``[N, D]``, in eval mode, without autograd, ``batch_size`` at a time.
-
-    Eval mode matters: BatchNorm in train mode uses each batch's own statistics, so an image's features would
-    depend on which other images share its batch. The model's mode is restored afterwards.
-    """
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            out = [model(chunk).flatten(1) for chunk in images.split(batch_size)]
-    finally:
-        model.train(was_training)
-    return torch.cat(out)
 
 
 def main(argv=None) -> None:

@@ -12,6 +12,8 @@ import math
 import torch
 from torch import nn
 
+from genlab.features import DigitFeatureNet
+
 __all__ = ["time_features", "TinyDenoiser", "OracleDenoiser", "PrefixLM", "WIRE_MODELS"]
 
 
@@ -107,5 +109,5 @@ class PrefixLM(nn.Module):
         return self._logits(running, positions), (running[:, -1], count + ids.shape[1])
 
 
-# The classes the test wire may rebuild in a student's kernel (name -> class).
-WIRE_MODELS = {cls.__name__: cls for cls in (TinyDenoiser, OracleDenoiser, PrefixLM)}
+# The classes the test wire may rebuild in a student's kernel (name -> class); Lab 5's feature network included.
+WIRE_MODELS = {cls.__name__: cls for cls in (TinyDenoiser, OracleDenoiser, PrefixLM, DigitFeatureNet)}

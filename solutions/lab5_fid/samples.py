@@ -11,6 +11,7 @@ STATS_HEAD = "def feature_stats(features):\n"
 TRACE_HEAD = "def trace_sqrt_product(sigma1, sigma2):\n"
 KID_HEAD = "def kid(real_features, fake_features, subsets=100, subset_size=1000, generator=None):\n"
 FIDINF_HEAD = "def fid_infinity(real_features, fake_features, sizes, generator=None):\n"
+EXTRACT_HEAD = "def extract_features(model, images, batch_size=256):\n"
 
 SAMPLES: dict[str, dict] = {
     "reference": {"cells": {}, "expect": {"full": True}},
@@ -32,6 +33,17 @@ SAMPLES: dict[str, dict] = {
         "            raise ValueError(f'imaginary component {np.abs(root.imag).max()}')\n"
         "        root = root.real\n"
         "    return torch.tensor(max(float(np.trace(root)), 0.0), dtype=torch.float64)\n",
+        # inference_mode instead of no_grad, train(False) instead of eval(), slices instead of split
+        "extract_features": EXTRACT_HEAD +
+        "    mode = model.training\n"
+        "    model.train(False)\n"
+        "    chunks = []\n"
+        "    with torch.inference_mode():\n"
+        "        for start in range(0, len(images), batch_size):\n"
+        "            batch = images[start:start + batch_size]\n"
+        "            chunks.append(model(batch).reshape(len(batch), -1))\n"
+        "    model.train(mode)\n"
+        "    return torch.cat(chunks)\n",
     }},
     # numpy throughout, tensors returned: eigvals of the non-symmetric product (real part, clamped), the std
     # with N - 1, and the FID-infinity fit with np.polyfit on 1/N.
@@ -76,6 +88,7 @@ BUG_SAMPLES = {
     "eigvalsh_nonsymmetric": "trace_sqrt_product", "no_clamp": "trace_sqrt_product",
     "product_of_roots": "trace_sqrt_product",
     "biased_mmd": "kid",
+    "train_mode_features": "extract_features", "mode_not_restored": "extract_features",
 }
 for _bug_id, _function in BUG_SAMPLES.items():
     SAMPLES[f"lab5_bug_{_bug_id}"] = {"cells": {_function: bug_cell(LAB, _bug_id)},

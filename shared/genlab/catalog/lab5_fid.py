@@ -74,6 +74,30 @@ def biased_mmd(real_features, fake_features, subsets=100, subset_size=1000, gene
     return values.mean(), values.std(unbiased=False)
 
 
+# --- extract_features --------------------------------------------------------------------------------
+def train_mode_features(model, images, batch_size=256):
+    with torch.no_grad():
+        # no model.eval(): BatchNorm normalises each batch with that batch's own statistics (and moves its running
+        # statistics), so an image's features depend on which images share its batch
+        return torch.cat([model(chunk).flatten(1) for chunk in images.split(batch_size)])
+
+
+def mode_not_restored(model, images, batch_size=256):
+    model.eval()  # right for the features, but the caller's model stays in eval mode after the call
+    with torch.no_grad():
+        return torch.cat([model(chunk).flatten(1) for chunk in images.split(batch_size)])
+
+
+def left_in_eval(calls) -> bool:
+    """The symptom replay cannot see (the features are right): a model sent in train mode came back in eval."""
+    for call in calls:
+        sent = [a for a in (*call.args, *call.kwargs.values()) if isinstance(a, torch.nn.Module)]
+        if call.kind == "call" and call.error is None and sent and call.modes_after:
+            if sent[0].training and call.modes_after[0].get("") is False:
+                return True
+    return False
+
+
 BUGS = [
     Bug("torch_cov_rows", "feature_stats", "torch.cov(features) on [N, D] features",
         "torch.cov treats each ROW as a variable, so on [N, D] features it returns the [N, N] covariance of the "
@@ -111,4 +135,18 @@ BUGS = [
         "exclude the diagonal: (sum(Kxx) - trace(Kxx)) / (m (m - 1)) + the same for Kyy - 2 mean(Kxy).",
         "Binkowski et al. 2018, Demystifying MMD GANs, Sec. 2.3 (unbiased estimator, Gretton et al. 2012 Lemma 6)",
         biased_mmd),
+    Bug("train_mode_features", "extract_features", "features extracted with the network in train mode",
+        "without model.eval(), BatchNorm normalises each batch with the batch's own mean and variance: an image's "
+        "features (and the FID) change with the batch size and with which images share its batch.",
+        "call model.eval() before the forward passes (and put the caller's mode back afterwards).",
+        "wolny/pytorch-3dunet #53 (BatchNorm without eval() gave predictions that made no sense); torchmetrics' "
+        "NoTrainInceptionV3 overrides train() so that FID's network can never leave eval mode",
+        train_mode_features),
+    Bug("mode_not_restored", "extract_features", "the caller's model left in eval mode",
+        "the features are right, but the function switched the caller's model to eval() and never switched it "
+        "back: training that continues after an evaluation runs without dropout and with frozen BatchNorm.",
+        "remember was_training = model.training, and call model.train(was_training) in a finally: block.",
+        "fartashf/vsepp #4 (validation left the model in eval mode; results changed noticeably once fixed); "
+        "wkentaro/pytorch-fcn #56 (return to train mode after validation)",
+        mode_not_restored, detect=left_in_eval),
 ]

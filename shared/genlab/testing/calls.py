@@ -8,6 +8,7 @@ way from its own process, through proxies into the student's kernel (``autograde
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -24,6 +25,9 @@ class Call:
     kwargs: dict
     result: Any = None
     error: str | None = None        # the exception type name, when the student's code raised
+    # ``training`` flags of each module argument after the call, by submodule name (``wire.modes``): what
+    # ``model.eval()`` inside the function left behind
+    modes_after: list[dict[str, bool]] | None = None
 
 
 @dataclass
@@ -39,6 +43,8 @@ def detached(value):
     """A copy of a test's arguments that later in-place edits in the test cannot change."""
     if isinstance(value, torch.Tensor):
         return value.detach().clone()
+    if isinstance(value, torch.nn.Module):  # its weights, buffers and mode as they were at the call
+        return copy.deepcopy(value)
     if isinstance(value, (list, tuple)):
         return type(value)(detached(v) for v in value)
     if isinstance(value, dict):
@@ -61,6 +67,9 @@ class LocalFunction:
         except Exception as exc:
             call.error = type(exc).__name__
             raise
+        from genlab.testing.wire import modes
+
+        call.modes_after = [modes(a) for a in (*args, *kwargs.values()) if isinstance(a, torch.nn.Module)]
         return call.result
 
     def __genlab_time_ratio__(self, reference, args, kwargs):

@@ -8,6 +8,7 @@ rather than a mismatch, and so does a call on which the student raises the error
 """
 from __future__ import annotations
 
+import copy
 import math
 from typing import Callable
 
@@ -53,11 +54,15 @@ def replay(fn: Callable, call: Call):
     """What ``fn`` gives on ``call``'s inputs, measured the way the call was; an exception is a value."""
     import genlab.checks as checks
 
-    args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in call.args)
+    # fresh copies on every replay: a replayed function may write to its arguments (a module in train mode
+    # updates BatchNorm's running statistics), and the next replay must see the inputs as they were sent
+    args = tuple(copy.deepcopy(a) if isinstance(a, torch.nn.Module) else a.clone() if isinstance(a, torch.Tensor)
+                 else a for a in call.args)
+    kwargs = {k: copy.deepcopy(v) if isinstance(v, torch.nn.Module) else v for k, v in call.kwargs.items()}
     try:
         if call.kind == "call":
-            return fn(*args, **call.kwargs)
-        return getattr(checks, call.kind)(fn, *args, **call.kwargs)
+            return fn(*args, **kwargs)
+        return getattr(checks, call.kind)(fn, *args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - a bug that raises is still a comparable outcome
         return exc
 

@@ -115,7 +115,9 @@ def serve(request: str) -> None:
         kwargs = wire.decode(header.get("kwargs", {"__dict__": {}}), tensors, handle_factory=_resolve_handle,
                              modules=sent_modules)
         result = _run(header, args, kwargs)
-        reply = {"ok": True, "result": encoder.encode(result)}
+        reply = {"ok": True, "result": encoder.encode(result),
+                 "modes": [wire.modes(m) for m in wire.sent_modules(header.get("args"), args)
+                           + wire.sent_modules(header.get("kwargs"), kwargs)]}
     except _Missing as missing:
         encoder = wire.Encoder(keep=_keep)
         reply = {"ok": False, "error": {"type": "NameError", "message": str(missing), "traceback": ""}}

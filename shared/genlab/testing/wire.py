@@ -204,10 +204,11 @@ def student_error(type_name: str, message: str, tb: str = "") -> StudentError:
 _MODULES = {cls.__name__: cls for cls in (
     torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict, torch.nn.Linear, torch.nn.Identity,
     torch.nn.ReLU, torch.nn.GELU, torch.nn.Tanh, torch.nn.SiLU, torch.nn.Sigmoid, torch.nn.Dropout,
-    torch.nn.LayerNorm, torch.nn.Embedding, torch.nn.Flatten)}
+    torch.nn.LayerNorm, torch.nn.Embedding, torch.nn.Flatten, torch.nn.Conv2d, torch.nn.BatchNorm2d)}
 # genlab's own small models (trusted code, shipped in this package; children are allow-listed torch.nn modules):
 # Lab 2's ddpm_loss(model, ...) and p_sample_step(model, ...) are tested with them.
 # Lab 3's generate(model, ...) with a KV cache is tested with PrefixLM (it has a decode method).
+# Lab 5's extract_features(model, ...) with DigitFeatureNet (BatchNorm: its mode changes its outputs).
 _MODULES.update(_genlab_models.WIRE_MODELS)
 
 # The constructor arguments of each class, read back from the instance (all ints, floats, bools or str).
@@ -219,6 +220,14 @@ _INIT_ARGS = {
                             "elementwise_affine": m.elementwise_affine, "bias": m.bias is not None},
     "Embedding": lambda m: {"num_embeddings": m.num_embeddings, "embedding_dim": m.embedding_dim},
     "Flatten": lambda m: {"start_dim": m.start_dim, "end_dim": m.end_dim},
+    "Conv2d": lambda m: {"in_channels": m.in_channels, "out_channels": m.out_channels,
+                         "kernel_size": list(m.kernel_size), "stride": list(m.stride),
+                         "padding": m.padding if isinstance(m.padding, str) else list(m.padding),
+                         "dilation": list(m.dilation), "groups": m.groups, "bias": m.bias is not None,
+                         "padding_mode": m.padding_mode},
+    "BatchNorm2d": lambda m: {"num_features": m.num_features, "eps": float(m.eps),
+                              "momentum": None if m.momentum is None else float(m.momentum),
+                              "affine": m.affine, "track_running_stats": m.track_running_stats},
     "TinyDenoiser": lambda m: {k: int(v) for k, v in m.config.items()},
     "PrefixLM": lambda m: {k: int(v) for k, v in m.config.items()},
 }
@@ -255,9 +264,11 @@ def decode_module(tree: dict, tensors: dict[str, torch.Tensor], shared: dict) ->
     if cls is None:
         raise ValueError(f"malformed message: {tree.get('__module__')!r} is not an allowed torch.nn module")
     init = {str(k): _plain(v, f"argument {k}") for k, v in dict(tree.get("init", {})).items()}
-    if cls in (torch.nn.Linear, torch.nn.LayerNorm, torch.nn.Embedding):
-        init["device"] = "meta"  # no draw from the kernel's random generator: the parameters arrive below
-    module = cls(**init)
+    if cls in (torch.nn.Linear, torch.nn.LayerNorm, torch.nn.Embedding, torch.nn.Conv2d, torch.nn.BatchNorm2d):
+        init["device"] = "meta"  # nothing to allocate or draw: the parameters and buffers arrive below
+    # genlab's models build their children themselves: that must not move the kernel's random generator either
+    with torch.random.fork_rng(devices=[]):
+        module = cls(**init)
     for child_name, child in tree.get("children", []):
         module.add_module(str(child_name), decode(child, tensors, modules=shared))
     for pname, meta in dict(tree.get("state", {})).items():
@@ -273,3 +284,37 @@ def decode_module(tree: dict, tensors: dict[str, torch.Tensor], shared: dict) ->
             module.register_buffer(str(pname), value)
     module.training = bool(tree.get("training", True))  # this module's flag only; children carry their own
     return module
+
+
+# -- what a call did to the modules it was sent ---------------------------------------------------------------
+# A local call can switch its module argument's mode (``model.eval()``) and the caller sees it. The kernel works
+# on a rebuilt copy, so it reports each sent module's flags after the call and the grader copies them back:
+# a test can check that a function "leaves ``model.training`` as it was", as it would in the notebook.
+def sent_modules(tree: Any, value: Any) -> list[torch.nn.Module]:
+    """The modules that crossed as data, in message order: ``tree`` is the encoded form of ``value``."""
+    if isinstance(tree, dict) and "__module__" in tree:
+        return [value] if isinstance(value, torch.nn.Module) else []
+    if isinstance(tree, list) and isinstance(value, list):
+        return [m for t, v in zip(tree, value) for m in sent_modules(t, v)]
+    if isinstance(tree, dict) and "__tuple__" in tree and isinstance(value, tuple):
+        return [m for t, v in zip(tree["__tuple__"], value) for m in sent_modules(t, v)]
+    if isinstance(tree, dict) and "__dict__" in tree and isinstance(value, dict):
+        return [m for k, t in tree["__dict__"].items() if k in value for m in sent_modules(t, value[k])]
+    return []
+
+
+def modes(module: torch.nn.Module) -> dict[str, bool]:
+    """``module.training`` of a module and of each submodule, by qualified name ("" is the module itself)."""
+    return {name: bool(m.training) for name, m in module.named_modules()}
+
+
+def apply_modes(modules: list[torch.nn.Module], reported: Any) -> None:
+    """Sets the grader's modules to the modes the kernel reported (plain bools, matched by name)."""
+    if not isinstance(reported, list):
+        return
+    for module, flags in zip(modules, reported):
+        if not isinstance(flags, dict):
+            continue
+        for name, m in module.named_modules():
+            if type(flags.get(name)) is bool:
+                m.training = flags[name]
