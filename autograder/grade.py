@@ -14,7 +14,9 @@ import sys
 import tempfile
 import time
 import traceback
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from multiprocessing import util as mp_util
 from pathlib import Path
@@ -24,7 +26,7 @@ from tqdm.auto import tqdm
 from autograder import cache, pipeline
 from autograder.feedback import write_outputs
 from autograder.kernel import KernelSession
-from autograder.labs import lab_ids
+from autograder.labs import LabFolder, lab_ids
 from autograder.limits import Limits
 from autograder.results import Result, Status
 from autograder.sandbox import SandboxConfig, launcher, prepare_workdir, require as require_sandbox
@@ -85,6 +87,11 @@ class Kernels:
     def reference(self) -> KernelSession:
         return self._start(boot=False)
 
+    @property
+    def background(self) -> ThreadPoolExecutor | None:
+        """Where kernels start while a notebook is graded (None: everything starts when needed)."""
+        return self._starter if self.run.prestart else None
+
     def close(self) -> None:
         if self._spare is not None:
             try:
@@ -107,7 +114,7 @@ class Worker:
         if lab_id not in self.labs:
             lab = pipeline.Lab.load(self.run.root, lab_id)
             # The reference kernel runs in the same sandbox, so both sides of a timing ratio pay the same costs.
-            self.labs[lab_id] = lab, pipeline.ReferenceKernel(lab, self.kernels.reference)
+            self.labs[lab_id] = lab, pipeline.ReferenceKernel(lab, self.kernels.reference, self.kernels.background)
         return self.labs[lab_id]
 
     def close(self) -> None:
@@ -133,14 +140,15 @@ def _worker_for(run: Run) -> Worker:
 def grade_one(run: Run, student: str, lab_id: str, found: Found) -> tuple[Result, bool]:
     """One student's notebook for one lab: (result, whether it was reused from an earlier run)."""
     worker = _worker_for(run)
+    if not found.refused:  # unchanged since the last run: reused before anything of the lab is loaded
+        result_key = cache.key(found.path, LabFolder(run.root, lab_id).source)
+        cached = cache.load(run.out, student, lab_id, result_key)
+        if cached is not None:
+            return cached, True
     lab, reference_kernel = worker.lab(lab_id)
     if found.refused:  # never opened: a link out of the folder, a pipe, a file of gigabytes
         return Result.every_test(student, lab_id, lab.points, Status(found.status), found.refused,
                                  evidence=[found.refused] if found.status == Status.TAMPERED else []), False
-    result_key = cache.key(found.path, lab.folder.source)
-    cached = cache.load(run.out, student, lab_id, result_key)
-    if cached is not None:
-        return cached, True
     try:
         result = pipeline.grade_notebook(student, lab, found.path, limits=run.limits,
                                          start_kernel=worker.kernels.take, reference_kernel=reference_kernel)
@@ -170,6 +178,51 @@ def find_work(root: Path, submissions: Path, labs: list[str], every_student: boo
             if found.path is not None or every_student or (submissions / student / lab).is_dir():
                 work.append((student, lab, found))
     return work
+
+
+class LabAffinity:
+    """Which notebook a free worker grades next. Each worker loads a lab once (its release, and a reference
+    kernel that imports the lab's libraries: seconds of CPU), so a worker keeps to the labs it has loaded;
+    when those are done it takes the lab with the most notebooks left, preferring one no other worker holds.
+    Every notebook is still handed out exactly once."""
+
+    def __init__(self, work: list[tuple[str, str, Found]]):
+        self.left: dict[str, deque] = {}
+        for task in work:
+            self.left.setdefault(task[1], deque()).append(task)
+
+    def next_for(self, mine: set[str], others: set[str]) -> tuple[str, str, Found] | None:
+        open_labs = [lab for lab, tasks in self.left.items() if tasks]
+        if not open_labs:
+            return None
+        held = [lab for lab in open_labs if lab in mine]
+        free = [lab for lab in open_labs if lab not in others]
+        lab = max(held or free or open_labs, key=lambda lab: len(self.left[lab]))
+        return self.left[lab].popleft()
+
+
+def grade_in_parallel(run: Run, work: list[tuple[str, str, Found]], workers: int, report) -> None:
+    """``workers`` processes, one notebook each at a time, handed out by :class:`LabAffinity`."""
+    plan = LabAffinity(work)
+    with ExitStack() as stack:
+        pools = [stack.enter_context(ProcessPoolExecutor(max_workers=1)) for _ in range(workers)]
+        loaded: list[set[str]] = [set() for _ in pools]
+        running: dict[Future, int] = {}
+
+        def hand_out(k: int) -> None:
+            task = plan.next_for(loaded[k], set().union(*(loaded[j] for j in range(workers) if j != k)))
+            if task is not None:
+                loaded[k].add(task[1])
+                running[pools[k].submit(grade_one, run, *task)] = k
+
+        for k in range(workers):
+            hand_out(k)
+        while running:
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                k = running.pop(future)
+                report(*future.result())
+                hand_out(k)
 
 
 def grade_all(root: Path, submissions: Path, out: Path, *, workers: int = 1, labs: list[str] | None = None,
@@ -215,11 +268,7 @@ def grade_all(root: Path, submissions: Path, out: Path, *, workers: int = 1, lab
             for student, lab, found in work:
                 report(*grade_one(run, student, lab, found))
         else:
-            # One student's notebook is graded by one worker; workers never share a student.
-            with ProcessPoolExecutor(max_workers=workers) as pool:
-                futures = [pool.submit(grade_one, run, student, lab, found) for student, lab, found in work]
-                for future in as_completed(futures):
-                    report(*future.result())
+            grade_in_parallel(run, work, workers, report)
     finally:
         bar.close()
         if _worker is not None:

@@ -22,6 +22,7 @@ import contextlib
 import io
 import re
 import time
+import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -98,24 +99,39 @@ class Lab:
 
 
 class ReferenceKernel:
-    """A kernel holding only the reference solution, for timing side by side (started on first use)."""
+    """A kernel holding only the reference solution, for timing side by side. ``background`` (an executor)
+    starts it while the first student's cells run; without one it starts on first use."""
 
-    def __init__(self, lab: Lab, start_kernel: Callable[[], KernelSession]):
+    def __init__(self, lab: Lab, start_kernel: Callable[[], KernelSession], background=None):
         self.lab, self.start_kernel = lab, start_kernel
         self.session: KernelSession | None = None
+        self._starting = background.submit(self._start) if background is not None else None
+
+    def _start(self) -> KernelSession:
+        session = self.start_kernel()
+        session.run_cell(self.lab.source.setup_source)
+        for source in self.lab.source.solutions.values():
+            session.run_cell(source)
+        return session
+
+    def _started(self) -> KernelSession | None:
+        starting, self._starting = self._starting, None
+        if starting is not None:
+            try:
+                self.session = starting.result()
+            except Exception:  # noqa: BLE001 - started again, in the open, by request()
+                self.session = None
+        return self.session
 
     def request(self, header, encoder):
-        if self.session is None or not self.session.alive():
-            self.session = self.start_kernel()
-            self.session.run_cell(self.lab.source.setup_source)
-            for source in self.lab.source.solutions.values():
-                self.session.run_cell(source)
+        if self._started() is None or not self.session.alive():
+            self.session = self._start()
         # It serves every notebook this worker grades: only the limit per call applies, not a notebook's.
         self.session.started_at = time.monotonic()
         return self.session.request(header, encoder)
 
     def shutdown(self):
-        if self.session is not None:
+        if self._started() is not None:
             self.session.shutdown()
 
 
@@ -141,6 +157,9 @@ class Grading:
     phases: dict[str, float] = field(default_factory=dict)
     test_globals: dict = field(default_factory=dict)
     result: Result | None = None
+    replay: list[str] = field(default_factory=list)    # the student-side cells run so far, for a fresh kernel
+    stopped_by: str | None = None                      # the test, or lab cell, that stopped the kernel
+    revivals: int = 0
 
     @property
     def notes(self) -> list[str]:
@@ -202,12 +221,42 @@ def needed(cell) -> bool:
         GRADE_NEEDS in cell.get("metadata", {}).get("tags", [])
 
 
+MAX_REVIVALS = 5  # fresh kernels per notebook; the notebook's time limit bounds them too
+
+
+def alive(g: Grading) -> bool:
+    """Whether the kernel can take the next cell or test. When a test's call, or one of the lab's own cells
+    (a demo calling the student's function), stopped it (a timeout that ignored the interrupt, a crash, the
+    memory limit), a fresh kernel runs the cells that had run, so only that test or demo is lost: the tests
+    after it are graded on their own merits, whether or not the demo ran (``--full-run`` gives the default's
+    grades). The notebook's time limit keeps counting from the first kernel's start. A kernel stopped by the
+    student's own cell (a solution, or a cell they added) stays stopped: replaying it would stop the next."""
+    if g.session.alive():
+        return True
+    if g.stopped_by is None or g.revivals >= MAX_REVIVALS:
+        return False
+    reason, started = g.session.dead_reason, g.session.started_at
+    g.session.shutdown()
+    g.session = g.start_kernel()
+    g.session.started_at = started
+    for source in g.replay:
+        g.session.run_cell(source)
+        if not g.session.alive():
+            return False
+    g.notes.append(f"{g.stopped_by} stopped the kernel ({reason}); a fresh kernel ran the cells before it "
+                   "again, and the tests after it were graded as usual")
+    g.revivals, g.stopped_by = g.revivals + 1, None
+    return True
+
+
 def run_student_cell(g: Grading, index: int, cell) -> None:
-    session = g.session
-    if not session.alive():
-        cell.outputs = [_grader_note(f"not run: {session.dead_reason}")]
+    if not alive(g):
+        cell.outputs = [_grader_note(f"not run: {g.session.dead_reason}")]
         return
+    session = g.session
     run = session.run_cell(cell.source)
+    if run.status not in ("timeout", "dead"):
+        g.replay.append(cell.source)
     cell.outputs = run.outputs
     where = f"cell {index} ({grade_id(cell) or 'a cell you added'})"
     if run.status == "error":
@@ -218,6 +267,8 @@ def run_student_cell(g: Grading, index: int, cell) -> None:
     if run.status in ("timeout", "dead") and session.dead_reason:
         # The kernel is gone (killed, crashed, or stopped for ignoring the interrupt): say where.
         message = session.dead_reason = f"{session.dead_reason} in {where}"
+        if grade_id(cell) and not (is_setup(cell) or is_solution(cell)):
+            g.stopped_by = f"the lab's cell {grade_id(cell)}"
     elif run.status == "timeout":
         # Interrupted and still alive: only this cell's work is lost; later tests still run.
         message = f"{where} was stopped: {run.error}"
@@ -228,10 +279,10 @@ def run_student_cell(g: Grading, index: int, cell) -> None:
 
 def run_one_test(g: Grading, test: str, cell) -> None:
     g.test_cells[test] = cell
-    session = g.session
-    if not session.alive():
-        g.outcomes[test] = Outcome(test, _dead_status(session), f"not run: {session.dead_reason}")
+    if not alive(g):
+        g.outcomes[test] = Outcome(test, _dead_status(g.session), f"not run: {g.session.dead_reason}")
         return
+    session = g.session
     # Checked before each test too, so a patch undone before the notebook ends is still seen.
     _add_evidence(g, _integrity(session))
     recorder = Recorder()
@@ -239,12 +290,17 @@ def run_one_test(g: Grading, test: str, cell) -> None:
     namespace.update({f: RemoteFunction(session, f, recorder, g.reference_kernel) for f in g.lab.functions})
     start = time.perf_counter()
     try:
-        outcome = run_test(test, g.lab.tests[test]["source"], namespace, passthrough=(KernelLost, RemoteTimeout))
+        # A library's notice raised by the instructor's test code (torchmetrics' KID warns that it keeps its
+        # features) is about the test, not the student: kept out of the grader's output and the feedback.
+        with warnings.catch_warnings(record=True):
+            outcome = run_test(test, g.lab.tests[test]["source"], namespace, passthrough=(KernelLost, RemoteTimeout))
     except RemoteTimeout as exc:
         outcome = Outcome(test, Status.TIMEOUT, str(exc), time.perf_counter() - start)
     except KernelLost as exc:
         outcome = Outcome(test, Status.KILLED, str(exc), time.perf_counter() - start)
     outcome.status = Status(outcome.status)
+    if outcome.status in (Status.TIMEOUT, Status.KILLED) and not session.alive():
+        g.stopped_by = f"test {test}"
     if outcome.status == Status.ERROR:
         g.missing_names |= set(re.findall(r"NameError: name '(\w+)' is not defined", outcome.message))
     g.calls.extend(recorder.calls)

@@ -152,10 +152,16 @@ def close_dialog(page) -> str | None:
     if not dialog.count():
         return None
     text = " ".join(dialog.first.inner_text().split())
-    accept = dialog.first.locator(".jp-Dialog-footer button.jp-mod-accept")
-    (accept.first if accept.count() else dialog.first.locator(".jp-Dialog-footer button").last).click()
-    dialog.first.wait_for(state="detached", timeout=10_000)
-    return text
+    for _attempt in range(3):  # a dialog still opening can miss the first click
+        accept = dialog.first.locator(".jp-Dialog-footer button.jp-mod-accept")
+        (accept.first if accept.count() else dialog.first.locator(".jp-Dialog-footer button").last).click()
+        try:
+            dialog.first.wait_for(state="detached", timeout=5_000)
+            return text
+        except PlaywrightTimeout:
+            if not dialog.count():
+                return text
+    raise AssertionError(f"a JupyterLab dialog would not close: {text!r}")
 
 
 def run_all(page, timeout_s: float) -> None:

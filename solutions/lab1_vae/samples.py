@@ -102,6 +102,9 @@ SAMPLES: dict[str, dict] = {
     # Loops for ever when beta != 1 (the hidden tests try other betas); the lab's training uses beta = 1.
     "fault_infinite_loop": {"cells": {**CORRECT, "negative_elbo": CORRECT["negative_elbo"].replace(
         "    recon =", "    while beta != 1.0:\n        pass\n    recon =")}},
+    # Kills its own kernel when beta != 1 (a hidden test's call): that test is lost, the tests after it are not.
+    "fault_crash_in_call": {"cells": {**CORRECT, "negative_elbo": CORRECT["negative_elbo"].replace(
+        "    recon =", "    if beta != 1.0:\n        import os\n        os._exit(3)\n    recon =")}},
     "fault_deleted_tests": {"cells": {}, "delete": ["reparameterize_value", "gaussian_kl_value"],
                             "edit": {"reparameterize_shape": "pass  # edited away\n"}},
     "fault_reordered_duplicated": {"cells": {}, "swap": ["gaussian_kl", "reparameterize"],
@@ -219,6 +222,9 @@ _EXPECT: dict[str, dict] = {
                               "gaussian_kl_gradient": "passed", "reparameterize_shape": "passed"}},
     "fault_infinite_loop": {"status": {"negative_elbo_value": "timeout", "reparameterize_value": "passed",
                                        "negative_elbo_gradient": "passed"}},
+    "fault_crash_in_call": {"status": {"negative_elbo_value": "killed", "iwae_bound_value": "passed",
+                                       "iwae_bound_gradient": "passed", "reparameterize_value": "passed"},
+                            "notes": ["stopped the kernel"]},
     "fault_deleted_tests": {"full": True, "notes": ["deleted", "edited"]},
     "fault_reordered_duplicated": {"full": True, "notes": ["moved", "more than once"]},
     "fault_sys_exit": {"full": True},
