@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import copy
 import csv
+import glob
 import json
 import logging
 import warnings
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -57,13 +59,30 @@ def _write_reason_pages(out: Path, results) -> None:
         path.write_text(exporter.from_notebook_node(page)[0])
 
 
-def write_feedback(out: Path, db_url: str, results, labs) -> None:
-    """Autograded notebooks (with a summary on top) and nbgrader's feedback HTML, per student and lab."""
+def _feedback_pages(out: Path, db_url: str, lab: str, student: str = "*") -> None:
+    """nbgrader's GenerateFeedback for one lab and one student (a glob: ``*`` is everyone) under ``out``."""
     from nbgrader.apps import NbGrader  # noqa: F401 - registers nbgrader's config classes
     from nbgrader.converters import GenerateFeedback
     from nbgrader.coursedir import CourseDirectory
     from traitlets.config import Config
 
+    warnings.filterwarnings("ignore", module="nbgrader.*")
+    c = Config()
+    c.CourseDirectory.root = str(out)
+    c.CourseDirectory.db_url = db_url
+    c.CourseDirectory.course_id = "genlab"
+    c.CourseDirectory.assignment_id = lab
+    # Only this run's students: in a shared (sharded) gradebook other machines own the rest.
+    c.CourseDirectory.student_id = student
+    c.GenerateFeedback.force = True
+    converter = GenerateFeedback(coursedir=CourseDirectory(config=c), config=c)
+    converter.log.setLevel(logging.ERROR)
+    converter.start()
+
+
+def write_feedback(out: Path, db_url: str, results, labs, workers: int = 1) -> None:
+    """Autograded notebooks (with a summary on top) and nbgrader's feedback HTML, per student and lab; the
+    labs' HTML is rendered by up to ``workers`` processes at once (about a second per notebook)."""
     for r in results:
         if r.notebook is None:
             continue
@@ -72,25 +91,22 @@ def write_feedback(out: Path, db_url: str, results, labs) -> None:
         nb = copy.deepcopy(r.notebook)
         nb.cells.insert(0, _summary_cell(r))
         nbformat.write(inert_notebook(nb), str(path))  # the feedback is rendered from it
-    c = Config()
-    c.CourseDirectory.root = str(out)
-    c.CourseDirectory.db_url = db_url
-    c.CourseDirectory.course_id = "genlab"
-    c.GenerateFeedback.force = True
-    for lab in labs:
-        if not any(r.lab == lab and r.notebook is not None for r in results):
-            continue
-        c.CourseDirectory.assignment_id = lab
-        # Only this run's students: in a shared (sharded) gradebook other machines own the rest.
-        c.CourseDirectory.student_id = "*"
-        converter = GenerateFeedback(coursedir=CourseDirectory(config=c), config=c)
-        converter.log.setLevel(logging.ERROR)
-        converter.start()
+    graded = [lab for lab in labs if any(r.lab == lab and r.notebook is not None for r in results)]
+    if workers > 1:  # one page per task, so the processes stay evenly busy
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            pages = [pool.submit(_feedback_pages, out, db_url, r.lab, glob.escape(r.student))
+                     for r in results if r.notebook is not None]
+            for page in pages:
+                page.result()
+    else:
+        for lab in graded:
+            _feedback_pages(out, db_url, lab)
     _write_reason_pages(out, results)
     seal_pages(out / "feedback")  # no student script runs when a page is opened (autograder.sanitize)
 
 
-def write_outputs(root: Path, out: Path, results: list[Result], labs: list[str], db_url: str | None = None) -> None:
+def write_outputs(root: Path, out: Path, results: list[Result], labs: list[str], db_url: str | None = None,
+                  workers: int = 1) -> None:
     """Everything a grading run leaves in ``out``: grades.csv, results.json, the gradebook, feedback pages."""
     warnings.filterwarnings("ignore", module="nbgrader.*")  # SQLAlchemy notices from nbgrader's own code
     with (out / "grades.csv").open("w", newline="") as f:
@@ -101,5 +117,5 @@ def write_outputs(root: Path, out: Path, results: list[Result], labs: list[str],
     (out / "results.json").write_text(json.dumps([r.to_json() for r in results], indent=2))
     db_url = db_url or f"sqlite:///{out / 'gradebook.db'}"
     gradebook.record(db_url, root, labs, results, out / ".release")
-    write_feedback(out, db_url, results, labs)
+    write_feedback(out, db_url, results, labs, workers)
     write_class_report(out, db_url)  # class-report.html and .csv: from the gradebook and results.json

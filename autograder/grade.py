@@ -278,7 +278,7 @@ def grade_all(root: Path, submissions: Path, out: Path, *, workers: int = 1, lab
         print(f"{reused} of {len(work)} notebooks unchanged since the last run: their results were reused",
               file=sys.stderr)
     results.sort(key=lambda r: (r.student, r.lab))
-    write_outputs(root, out, results, labs, db_url)
+    write_outputs(root, out, results, labs, db_url, workers)
     return results
 
 

@@ -72,12 +72,13 @@ class Result:
                 "notes": self.notes, "evidence": self.evidence,
                 "tests": [{"test": o.test, "status": str(o.status), "score": self.score(o.test),
                            "max_score": self.points[o.test], "message": o.message,
-                           "diagnosis": [b.id for b in o.diagnosis]} for o in self.outcomes]}
+                           "diagnosis": [b.id for b in o.diagnosis], "seconds": round(o.seconds, 3)}
+                          for o in self.outcomes]}
 
     @classmethod
     def from_json(cls, data: dict, notebook: nbformat.NotebookNode | None = None) -> "Result":
         lab = data["lab"]
-        outcomes = [Outcome(t["test"], Status(t["status"]), t["message"], 0.0,
+        outcomes = [Outcome(t["test"], Status(t["status"]), t["message"], t.get("seconds", 0.0),
                             [catalogued_bug(lab, b) for b in t["diagnosis"]]) for t in data["tests"]]
         return cls(data["student"], lab, outcomes, {t["test"]: t["max_score"] for t in data["tests"]},
                    data["notes"], data["evidence"], notebook, data["seconds"], data.get("phases", {}))
