@@ -131,38 +131,14 @@ class RemoteFunction:
                 raise student_error(str(err.get("type")), str(err.get("message")), str(err.get("traceback", "")))
             return elapsed
 
-        # The request itself costs tens of milliseconds; calibrate n on the reference so that the loop
-        # lasts at least ten times that overhead, which then shifts the ratio towards 1 by under 10%.
-        overhead = min(timed(self._reference_session, name, 0) for _ in range(3))
-        target = max(min_loop_s, 10 * overhead)
-        n = 1
-        while n < 1_000_000:
-            took = timed(self._reference_session, name, n)
-            if took >= target:
-                break
-            if took - overhead > target / 20:  # long enough to estimate the cost of a call: aim straight at it
-                n = min(1_000_000, max(n + 1, math.ceil(n * (target - overhead) / (took - overhead) * 1.1)))
-                break
-            n *= 4
-        # A short look at the student first: gross slowness (a Python loop, 50-100x) is clear from a few
-        # calls, and running it n times per round would cost minutes and hit the time limit per test.
-        # Both sides run the same short loop, so the request overhead is in both and can only pull the ratio
-        # towards 1: a first look can end the timing early, never fail a fast function.
-        # The look grows 1, 4, 16... calls up to n / 10, and stops as soon as it has taken a quarter of the
-        # time a test call may take: a student's loop 100x slower than the reference must not spend the whole
-        # limit on the look itself (the test would time out instead of being measured as slow).
-        probe, look = max(1, n // 10), 1
+        reference_loop = lambda n: timed(self._reference_session, name, n)  # noqa: E731
+        n = calibrate(reference_loop, min_loop_s)
         budget = getattr(getattr(self._session, "limits", None), "test_timeout_s", 60.0) / 4
-        while True:
-            student_probe = timed(self._session, self.__name__, look)
-            if look >= probe or student_probe > budget:
-                break
-            look = min(probe, look * 4)
-        reference_probe = timed(self._reference_session, name, look)
-        probe = look
+        look, student_probe = first_look(lambda k: timed(self._session, self.__name__, k), max(1, n // 10), budget)
+        reference_probe = reference_loop(look)
         if student_probe > CLEARLY_SLOW * reference_probe:
-            result = TimingResult(ratio=student_probe / reference_probe, student_median_s=student_probe / probe,
-                                  reference_median_s=reference_probe / probe, rounds=1)
+            result = TimingResult(ratio=student_probe / reference_probe, student_median_s=student_probe / look,
+                                  reference_median_s=reference_probe / look, rounds=1)
             self._recorder.calls.append(Call("time_ratio", self.__name__, (), {}, result))
             return result
         student_times, reference_times = [], []
@@ -176,3 +152,35 @@ class RemoteFunction:
                               rounds=len(student_times))
         self._recorder.calls.append(Call("time_ratio", self.__name__, (), {}, result))
         return result
+
+
+def calibrate(loop, min_loop_s: float) -> int:
+    """Calls per timed loop, found on the reference: a loop lasts about ten times the request's own overhead
+    (tens of milliseconds), which then shifts the ratio towards 1 by under 10%."""
+    overhead = min(loop(0) for _ in range(3))
+    target = max(min_loop_s, 10 * overhead)
+    n = 1
+    while n < 1_000_000:
+        took = loop(n)
+        if took >= target:
+            break
+        if took - overhead > target / 20:  # long enough to estimate the cost of a call: aim straight at it
+            return min(1_000_000, max(n + 1, math.ceil(n * (target - overhead) / (took - overhead) * 1.1)))
+        n *= 4
+    return min(n, 1_000_000)
+
+
+def first_look(loop, probe: int, budget_s: float) -> tuple[int, float]:
+    """A short look at the student first: gross slowness (a Python loop, 50-100x) is clear from a few calls,
+    and running it n times per round would cost minutes and hit the time limit per test. Both sides then run
+    the same short loop, so the request overhead is in both and can only pull the ratio towards 1: a first
+    look can end the timing early, never fail a fast function. The look grows 1, 4, 16... calls up to
+    ``probe``, and stops once it has taken ``budget_s`` (a quarter of a test call's limit): a loop 100x slower
+    than the reference must be measured as slow, not spend the whole limit and time out.
+    Returns (calls in the last look, its seconds)."""
+    look = 1
+    while True:
+        took = loop(look)
+        if look >= probe or took > budget_s:
+            return look, took
+        look = min(probe, look * 4)

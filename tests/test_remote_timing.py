@@ -1,0 +1,31 @@
+"""How the grader sizes its timing loops (autograder.remote.calibrate, first_look), on simulated clocks."""
+from __future__ import annotations
+
+from autograder.remote import calibrate, first_look
+
+
+def _loop(overhead: float, per_call: float, log: list):
+    def loop(n):
+        log.append(n)
+        return overhead + n * per_call
+    return loop
+
+
+def test_a_loop_lasts_about_ten_request_overheads_and_is_found_in_a_few_requests():
+    log = []
+    n = calibrate(_loop(0.01, 20e-6, log), min_loop_s=0.05)
+    took = 0.01 + n * 20e-6
+    assert 0.1 <= took <= 0.13, f"{n} calls take {took:.3f} s: aim at 10x the 0.01 s overhead"
+    assert len(log) <= 12
+
+
+def test_a_slow_call_gets_one_call_per_loop_and_a_fast_one_a_bounded_count():
+    assert calibrate(_loop(0.01, 1.0, []), min_loop_s=0.05) == 1
+    assert calibrate(_loop(0.0, 1e-12, []), min_loop_s=0.05) <= 1_000_000
+
+
+def test_the_first_look_stops_at_its_budget_so_a_very_slow_loop_is_measured_not_timed_out():
+    log = []
+    look, took = first_look(_loop(0.0, 1.0, log), probe=1000, budget_s=15.0)
+    assert look == 16 and took == 16.0 and log == [1, 4, 16]
+    assert first_look(_loop(0.0, 1e-4, []), probe=50, budget_s=15.0)[0] == 50
