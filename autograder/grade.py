@@ -8,6 +8,7 @@ Writes, under DIR (see :mod:`autograder.feedback`):
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import shutil
 import sys
@@ -34,6 +35,25 @@ from autograder.submissions import Found, locate, students
 from genlab.testing.notebook import grade_id
 
 BOOT = "import genlab.testing.server as _genlab_server; _genlab_server.install()"
+# A spare kernel imports the modules the next notebook's setup cell will (torchmetrics, peft, rdkit: seconds
+# each) while the current notebook is graded; it defines no name the notebook could see.
+WARM = """for _genlab_module in {modules!r}:
+    try:
+        __import__(_genlab_module)
+    except Exception:
+        pass
+del _genlab_module"""
+
+
+def setup_imports(source: str) -> tuple[str, ...]:
+    """The absolute module names a lab's setup cell imports, in order."""
+    names: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module)
+    return tuple(dict.fromkeys(names))
 
 
 @dataclass
@@ -57,9 +77,10 @@ class Kernels:
         self.run = run
         self._starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="genlab-kernel-start")
         self._spare: Future | None = None
+        self.warm: tuple[str, ...] = ()  # modules the next notebook's setup cell imports (the lab just loaded)
         mp_util.Finalize(self, self.close, exitpriority=10)  # also runs when a pool worker process exits
 
-    def _start(self, boot: bool = True) -> KernelSession:
+    def _start(self, boot: bool = True, warm: tuple[str, ...] = ()) -> KernelSession:
         workdir = Path(tempfile.mkdtemp(prefix="k-", dir=self.run.scratch))
         sandbox = self.run.sandbox
         argv = None
@@ -74,6 +95,8 @@ class Kernels:
             if ready.status != "ok":
                 session.shutdown()
                 raise RuntimeError(f"could not prepare the kernel: {ready.error}")
+            if warm:  # importing is all it does: the setup cell still runs first among the notebook's cells
+                session.run_cell(WARM.format(modules=warm), silent=True)
         return session
 
     def take(self) -> KernelSession:
@@ -81,7 +104,7 @@ class Kernels:
         session = spare.result() if spare is not None else self._start()
         session.started_at = time.monotonic()  # the notebook's time limit counts from now, not from the boot
         if self.run.prestart:
-            self._spare = self._starter.submit(self._start)
+            self._spare = self._starter.submit(self._start, True, self.warm)
         return session
 
     def reference(self) -> KernelSession:
@@ -115,6 +138,7 @@ class Worker:
             lab = pipeline.Lab.load(self.run.root, lab_id)
             # The reference kernel runs in the same sandbox, so both sides of a timing ratio pay the same costs.
             self.labs[lab_id] = lab, pipeline.ReferenceKernel(lab, self.kernels.reference, self.kernels.background)
+        self.kernels.warm = setup_imports(self.labs[lab_id][0].source.setup_source)
         return self.labs[lab_id]
 
     def close(self) -> None:

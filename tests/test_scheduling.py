@@ -39,3 +39,13 @@ def test_a_worker_takes_the_biggest_lab_nobody_holds_then_helps_with_the_rest():
     assert plan.next_for({"c"}, {"b"})[1] == "c"             # keeps to its own lab
     assert plan.next_for({"c"}, {"b"})[1] == "a"             # its lab is done: a free one before helping with b
     assert plan.next_for({"c", "a"}, {"b"})[1] == "b"        # nothing free is left: helps with b
+
+
+def test_a_spare_kernel_warms_the_modules_the_setup_cell_imports():
+    from autograder.grade import WARM, setup_imports
+
+    source = "import math\nimport numpy as np\nfrom torch import nn\nfrom . import local\nimport genlab\n"
+    assert setup_imports(source) == ("math", "numpy", "torch", "genlab")
+    namespace: dict = {}
+    exec(WARM.format(modules=("math", "no_such_module_genlab")), namespace)
+    assert set(namespace) == {"__builtins__"}, "warming must leave no name behind"
