@@ -80,7 +80,7 @@ def _feedback_pages(out: Path, db_url: str, lab: str, student: str = "*") -> Non
     converter.start()
 
 
-def write_feedback(out: Path, db_url: str, results, labs, workers: int = 1) -> None:
+def write_feedback(out: Path, db_url: str, results, workers: int = 1) -> None:
     """Autograded notebooks (with a summary on top) and nbgrader's feedback HTML, per student and lab; the
     labs' HTML is rendered by up to ``workers`` processes at once (about a second per notebook)."""
     for r in results:
@@ -91,15 +91,13 @@ def write_feedback(out: Path, db_url: str, results, labs, workers: int = 1) -> N
         nb = copy.deepcopy(r.notebook)
         nb.cells.insert(0, _summary_cell(r))
         nbformat.write(inert_notebook(nb), str(path))  # the feedback is rendered from it
-    graded = [lab for lab in labs if any(r.lab == lab and r.notebook is not None for r in results)]
+    graded = [r for r in results if r.notebook is not None]
     if workers > 1:  # one page per task, so the processes stay evenly busy
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            pages = [pool.submit(_feedback_pages, out, db_url, r.lab, glob.escape(r.student))
-                     for r in results if r.notebook is not None]
-            for page in pages:
+            for page in [pool.submit(_feedback_pages, out, db_url, r.lab, glob.escape(r.student)) for r in graded]:
                 page.result()
-    else:
-        for lab in graded:
+    else:  # one converter per lab: nbgrader's per-run cost paid once
+        for lab in dict.fromkeys(r.lab for r in graded):
             _feedback_pages(out, db_url, lab)
     _write_reason_pages(out, results)
     seal_pages(out / "feedback")  # no student script runs when a page is opened (autograder.sanitize)
@@ -117,5 +115,5 @@ def write_outputs(root: Path, out: Path, results: list[Result], labs: list[str],
     (out / "results.json").write_text(json.dumps([r.to_json() for r in results], indent=2))
     db_url = db_url or f"sqlite:///{out / 'gradebook.db'}"
     gradebook.record(db_url, root, labs, results, out / ".release")
-    write_feedback(out, db_url, results, labs, workers)
+    write_feedback(out, db_url, results, workers)
     write_class_report(out, db_url)  # class-report.html and .csv: from the gradebook and results.json

@@ -8,7 +8,6 @@ Writes, under DIR (see :mod:`autograder.feedback`):
 """
 from __future__ import annotations
 
-import ast
 import hashlib
 import shutil
 import sys
@@ -44,16 +43,6 @@ WARM = """for _genlab_module in {modules!r}:
         pass
 del _genlab_module"""
 
-
-def setup_imports(source: str) -> tuple[str, ...]:
-    """The absolute module names a lab's setup cell imports, in order."""
-    names: list[str] = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            names += [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names.append(node.module)
-    return tuple(dict.fromkeys(names))
 
 
 @dataclass
@@ -138,7 +127,7 @@ class Worker:
             lab = pipeline.Lab.load(self.run.root, lab_id)
             # The reference kernel runs in the same sandbox, so both sides of a timing ratio pay the same costs.
             self.labs[lab_id] = lab, pipeline.ReferenceKernel(lab, self.kernels.reference, self.kernels.background)
-        self.kernels.warm = setup_imports(self.labs[lab_id][0].source.setup_source)
+        self.kernels.warm = self.labs[lab_id][0].setup_modules
         return self.labs[lab_id]
 
     def close(self) -> None:

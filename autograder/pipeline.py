@@ -80,6 +80,17 @@ class Lab:
         return list(self.source.solutions)
 
     @cached_property
+    def setup_modules(self) -> tuple[str, ...]:
+        """The absolute module names the setup cell imports, in order (a spare kernel imports them early)."""
+        names: list[str] = []
+        for node in ast.walk(ast.parse(self.source.setup_source)):
+            if isinstance(node, ast.Import):
+                names += [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.append(node.module)
+        return tuple(dict.fromkeys(names))
+
+    @cached_property
     def bugs(self) -> list[Bug]:
         return bugs_for(self.id)
 

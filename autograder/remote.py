@@ -57,7 +57,7 @@ def _request(session, recorder: Recorder, kind: str, name: str, args, kwargs, ta
     reply, tensors = session.request(header, encoder)
     recorder.calls.append(call)
     if reply.get("ok") and kind == "call":  # a module the function switched to eval() is switched here too
-        sent = wire.sent_modules(header["args"], tuple(args)) + wire.sent_modules(header["kwargs"], dict(kwargs))
+        sent = wire.call_modules(header, args, kwargs)
         wire.apply_modes(sent, reply.get("modes"))
         call.modes_after = [wire.modes(m) for m in sent]
     if not reply.get("ok"):

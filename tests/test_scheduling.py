@@ -1,7 +1,11 @@
 """How ``genlab grade --workers N`` hands notebooks to workers (autograder.grade.LabAffinity)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from autograder.grade import LabAffinity
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _work(counts: dict[str, int]):
@@ -42,10 +46,12 @@ def test_a_worker_takes_the_biggest_lab_nobody_holds_then_helps_with_the_rest():
 
 
 def test_a_spare_kernel_warms_the_modules_the_setup_cell_imports():
-    from autograder.grade import WARM, setup_imports
+    from autograder.grade import WARM
+    from autograder.pipeline import Lab
 
-    source = "import math\nimport numpy as np\nfrom torch import nn\nfrom . import local\nimport genlab\n"
-    assert setup_imports(source) == ("math", "numpy", "torch", "genlab")
+    lab = Lab.load(ROOT, "lab5_fid")
+    assert lab.setup_modules[:4] == ("math", "time", "numpy", "scipy.linalg")
+    assert {"torchmetrics.image.fid", "genlab.features"} <= set(lab.setup_modules)
     namespace: dict = {}
     exec(WARM.format(modules=("math", "no_such_module_genlab")), namespace)
     assert set(namespace) == {"__builtins__"}, "warming must leave no name behind"

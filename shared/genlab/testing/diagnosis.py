@@ -8,7 +8,6 @@ rather than a mismatch, and so does a call on which the student raises the error
 """
 from __future__ import annotations
 
-import copy
 import math
 from typing import Callable
 
@@ -16,7 +15,7 @@ import torch
 
 from genlab.catalog import Bug
 from genlab.checks.values import DEFAULT_TOLERANCES, tolerances
-from genlab.testing.calls import Call
+from genlab.testing.calls import Call, detached
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -54,11 +53,9 @@ def replay(fn: Callable, call: Call):
     """What ``fn`` gives on ``call``'s inputs, measured the way the call was; an exception is a value."""
     import genlab.checks as checks
 
-    # fresh copies on every replay: a replayed function may write to its arguments (a module in train mode
-    # updates BatchNorm's running statistics), and the next replay must see the inputs as they were sent
-    args = tuple(copy.deepcopy(a) if isinstance(a, torch.nn.Module) else a.clone() if isinstance(a, torch.Tensor)
-                 else a for a in call.args)
-    kwargs = {k: copy.deepcopy(v) if isinstance(v, torch.nn.Module) else v for k, v in call.kwargs.items()}
+    # fresh copies on every replay: a replayed function may write to its arguments (in place, or a module in
+    # train mode updating BatchNorm's running statistics), and the next replay must see them as they were sent
+    args, kwargs = detached(call.args), detached(call.kwargs)
     try:
         if call.kind == "call":
             return fn(*args, **kwargs)

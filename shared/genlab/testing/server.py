@@ -116,8 +116,7 @@ def serve(request: str) -> None:
                              modules=sent_modules)
         result = _run(header, args, kwargs)
         reply = {"ok": True, "result": encoder.encode(result),
-                 "modes": [wire.modes(m) for m in wire.sent_modules(header.get("args"), args)
-                           + wire.sent_modules(header.get("kwargs"), kwargs)]}
+                 "modes": [wire.modes(m) for m in wire.call_modules(header, args, kwargs)]}
     except _Missing as missing:
         encoder = wire.Encoder(keep=_keep)
         reply = {"ok": False, "error": {"type": "NameError", "message": str(missing), "traceback": ""}}

@@ -303,6 +303,11 @@ def sent_modules(tree: Any, value: Any) -> list[torch.nn.Module]:
     return []
 
 
+def call_modules(header: dict, args: tuple, kwargs: dict) -> list[torch.nn.Module]:
+    """The modules a request sent, positional then keyword: the same list on both sides of the wire."""
+    return sent_modules(header.get("args"), tuple(args)) + sent_modules(header.get("kwargs"), dict(kwargs))
+
+
 def modes(module: torch.nn.Module) -> dict[str, bool]:
     """``module.training`` of a module and of each submodule, by qualified name ("" is the module itself)."""
     return {name: bool(m.training) for name, m in module.named_modules()}
