@@ -80,9 +80,9 @@ def _feedback_pages(out: Path, db_url: str, lab: str, student: str = "*") -> Non
     converter.start()
 
 
-def write_feedback(out: Path, db_url: str, results, workers: int = 1) -> None:
-    """Autograded notebooks (with a summary on top) and nbgrader's feedback HTML, per student and lab; the
-    labs' HTML is rendered by up to ``workers`` processes at once (about a second per notebook)."""
+def write_feedback(out: Path, db_url: str, results, pool: ProcessPoolExecutor | None = None) -> None:
+    """Autograded notebooks (with a summary on top) and nbgrader's feedback HTML, per student and lab. With a
+    ``pool``, the pages are rendered by its processes, one page per task (about a second each)."""
     for r in results:
         if r.notebook is None:
             continue
@@ -92,10 +92,9 @@ def write_feedback(out: Path, db_url: str, results, workers: int = 1) -> None:
         nb.cells.insert(0, _summary_cell(r))
         nbformat.write(inert_notebook(nb), str(path))  # the feedback is rendered from it
     graded = [r for r in results if r.notebook is not None]
-    if workers > 1:  # one page per task, so the processes stay evenly busy
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            for page in [pool.submit(_feedback_pages, out, db_url, r.lab, glob.escape(r.student)) for r in graded]:
-                page.result()
+    if pool is not None:  # one page per task, so the processes stay evenly busy
+        for page in [pool.submit(_feedback_pages, out, db_url, r.lab, glob.escape(r.student)) for r in graded]:
+            page.result()
     else:  # one converter per lab: nbgrader's per-run cost paid once
         for lab in dict.fromkeys(r.lab for r in graded):
             _feedback_pages(out, db_url, lab)
@@ -105,7 +104,8 @@ def write_feedback(out: Path, db_url: str, results, workers: int = 1) -> None:
 
 def write_outputs(root: Path, out: Path, results: list[Result], labs: list[str], db_url: str | None = None,
                   workers: int = 1) -> None:
-    """Everything a grading run leaves in ``out``: grades.csv, results.json, the gradebook, feedback pages."""
+    """Everything a grading run leaves in ``out``: grades.csv, results.json, the gradebook, feedback pages and
+    the class report (drawn by one of ``workers`` processes while the others render pages)."""
     warnings.filterwarnings("ignore", module="nbgrader.*")  # SQLAlchemy notices from nbgrader's own code
     with (out / "grades.csv").open("w", newline="") as f:
         writer = csv.writer(f)
@@ -113,7 +113,18 @@ def write_outputs(root: Path, out: Path, results: list[Result], labs: list[str],
         for r in results:
             writer.writerows(r.csv_rows())
     (out / "results.json").write_text(json.dumps([r.to_json() for r in results], indent=2))
-    db_url = db_url or f"sqlite:///{out / 'gradebook.db'}"
+    db_url = db_url or default_db_url(out)
     gradebook.record(db_url, root, labs, results, out / ".release")
-    write_feedback(out, db_url, results, workers)
-    write_class_report(out, db_url)  # class-report.html and .csv: from the gradebook and results.json
+    if workers <= 1:
+        write_feedback(out, db_url, results)
+        write_class_report(out, db_url)  # class-report.html and .csv: from the gradebook and results.json
+        return
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        report = pool.submit(write_class_report, out, db_url)
+        write_feedback(out, db_url, results, pool)
+        report.result()
+
+
+def default_db_url(out: Path) -> str:
+    """The gradebook a run writes when no ``--db`` is given: ``out/gradebook.db``."""
+    return f"sqlite:///{Path(out) / 'gradebook.db'}"

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from autograder import cache, pipeline
-from autograder.feedback import write_outputs
+from autograder import cache, gradebook, pipeline
+from autograder.feedback import default_db_url, write_outputs
 from autograder.kernel import KernelSession
 from autograder.labs import LabFolder, lab_ids
 from autograder.limits import Limits
@@ -67,6 +67,7 @@ class Kernels:
         self._starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="genlab-kernel-start")
         self._spare: Future | None = None
         self.warm: tuple[str, ...] = ()  # modules the next notebook's setup cell imports (the lab just loaded)
+        self.more = True                 # another notebook follows this one: worth a spare kernel
         mp_util.Finalize(self, self.close, exitpriority=10)  # also runs when a pool worker process exits
 
     def _start(self, boot: bool = True, warm: tuple[str, ...] = ()) -> KernelSession:
@@ -92,7 +93,7 @@ class Kernels:
         spare, self._spare = self._spare, None
         session = spare.result() if spare is not None else self._start()
         session.started_at = time.monotonic()  # the notebook's time limit counts from now, not from the boot
-        if self.run.prestart:
+        if self.run.prestart and self.more:
             self._spare = self._starter.submit(self._start, True, self.warm)
         return session
 
@@ -150,9 +151,11 @@ def _worker_for(run: Run) -> Worker:
     return _worker
 
 
-def grade_one(run: Run, student: str, lab_id: str, found: Found) -> tuple[Result, bool]:
-    """One student's notebook for one lab: (result, whether it was reused from an earlier run)."""
+def grade_one(run: Run, student: str, lab_id: str, found: Found, more: bool = True) -> tuple[Result, bool]:
+    """One student's notebook for one lab: (result, whether it was reused from an earlier run). ``more``: this
+    worker may grade another notebook after it (if not, no spare kernel is started for one)."""
     worker = _worker_for(run)
+    worker.kernels.more = more
     if not found.refused:  # unchanged since the last run: reused before anything of the lab is loaded
         result_key = cache.key(found.path, LabFolder(run.root, lab_id).source)
         cached = cache.load(run.out, student, lab_id, result_key)
@@ -213,6 +216,9 @@ class LabAffinity:
         lab = max(held or free or open_labs, key=lambda lab: len(self.left[lab]))
         return self.left[lab].popleft()
 
+    def left_count(self) -> int:
+        return sum(len(tasks) for tasks in self.left.values())
+
 
 def grade_in_parallel(run: Run, work: list[tuple[str, str, Found]], workers: int, report) -> None:
     """``workers`` processes, one notebook each at a time, handed out by :class:`LabAffinity`."""
@@ -226,7 +232,7 @@ def grade_in_parallel(run: Run, work: list[tuple[str, str, Found]], workers: int
             task = plan.next_for(loaded[k], set().union(*(loaded[j] for j in range(workers) if j != k)))
             if task is not None:
                 loaded[k].add(task[1])
-                running[pools[k].submit(grade_one, run, *task)] = k
+                running[pools[k].submit(grade_one, run, *task, more=plan.left_count() > 0)] = k
 
         for k in range(workers):
             hand_out(k)
@@ -264,6 +270,11 @@ def grade_all(root: Path, submissions: Path, out: Path, *, workers: int = 1, lab
     work = [w for w in find_work(root, submissions, labs, every_student, limits.max_notebook_bytes)
             if in_shard(w[0], shard)]
     labs = sorted({lab for _, lab, _ in work}) or labs
+    db_url = db_url or default_db_url(out)
+    # The gradebook's setup (seconds of nbgrader) runs in a process of its own while the notebooks are graded;
+    # started before any thread of this process, so the fork copies no held lock.
+    setup = ProcessPoolExecutor(max_workers=1)
+    prepared = setup.submit(gradebook.prepare, db_url, root, labs, out / ".release")
     results: list[Result] = []
     reused = 0
     bar = tqdm(total=len(work), unit="notebook", disable=not progress, file=sys.stderr)
@@ -278,8 +289,8 @@ def grade_all(root: Path, submissions: Path, out: Path, *, workers: int = 1, lab
 
     try:
         if workers <= 1:
-            for student, lab, found in work:
-                report(*grade_one(run, student, lab, found))
+            for i, (student, lab, found) in enumerate(work):
+                report(*grade_one(run, student, lab, found, more=i < len(work) - 1))
         else:
             grade_in_parallel(run, work, workers, report)
     finally:
@@ -291,6 +302,8 @@ def grade_all(root: Path, submissions: Path, out: Path, *, workers: int = 1, lab
         print(f"{reused} of {len(work)} notebooks unchanged since the last run: their results were reused",
               file=sys.stderr)
     results.sort(key=lambda r: (r.student, r.lab))
+    prepared.exception()  # a setup that failed is redone by write_outputs, which then reports the error
+    setup.shutdown()
     write_outputs(root, out, results, labs, db_url, workers)
     return results
 

@@ -96,6 +96,14 @@ def _record_one(gb, r) -> None:
     gb.db.commit()
 
 
+def prepare(db_url: str, root: Path, labs: list[str], staging: Path) -> None:
+    """What :func:`record` does first (the schema, the course, the labs' grade cells: seconds, mostly nbgrader's
+    generate_assignment), done ahead: a grading run starts it while its notebooks are graded."""
+    warnings.filterwarnings("ignore", module="nbgrader.*")
+    with _lock(db_url, staging):
+        _setup(db_url, Path(root), sorted(labs), Path(staging))
+
+
 def record(db_url: str, root: Path, labs: list[str], results, staging: Path) -> None:
     """Writes ``results`` (each ``.student``, ``.lab``, ``.outcomes``, ``.score(test)``) into the gradebook
     at ``db_url``, replacing each student's earlier submission for that lab. ``staging`` is a scratch folder

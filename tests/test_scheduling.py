@@ -55,3 +55,36 @@ def test_a_spare_kernel_warms_the_modules_the_setup_cell_imports():
     namespace: dict = {}
     exec(WARM.format(modules=("math", "no_such_module_genlab")), namespace)
     assert set(namespace) == {"__builtins__"}, "warming must leave no name behind"
+
+
+def test_a_spare_kernel_is_started_only_when_another_notebook_may_follow(tmp_path, monkeypatch):
+    from autograder.grade import Kernels, Run
+    from autograder.limits import Limits
+
+    started = []
+
+    class FakeSession:
+        def __init__(self):
+            started.append(self)
+
+        def shutdown(self):
+            pass
+
+    kernels = Kernels(Run(ROOT, tmp_path, tmp_path, Limits(), None))
+    monkeypatch.setattr(kernels, "_start", lambda boot=True, warm=(): FakeSession())
+    kernels.more = True
+    first = kernels.take()                     # started now, and a spare for the next notebook
+    kernels._spare.result()
+    assert len(started) == 2
+    kernels.more = False
+    second = kernels.take()                    # the spare is used; no new one: nothing follows
+    assert second is started[1] and first is started[0]
+    assert kernels._spare is None and len(started) == 2
+    kernels.close()
+
+
+def test_the_plan_counts_what_is_left():
+    plan = LabAffinity(_work({"a": 2, "b": 1}))
+    assert plan.left_count() == 3
+    plan.next_for(set(), set())
+    assert plan.left_count() == 2
