@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.genlab-installed
 
-.PHONY: venv demo demo-all test lab release outputs samples clean
+.PHONY: venv demo demo-all test test-equivalence lab release outputs samples clean
 
 $(STAMP): requirements/ci.txt pyproject.toml
 	bash .ci/system-deps.sh
@@ -40,6 +40,10 @@ test: venv  ## the whole suite: unit tests, grading of the samples, browser and 
 	GENLAB_TEST_PG_URL="$${GENLAB_TEST_PG_URL:-$$(bash .ci/postgres.sh || true)}" OMP_NUM_THREADS=1 \
 	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=15 \
 		--nbval-lax --nbval-sanitize-with .ci/nbval-sanitize.cfg tests solutions
+
+test-equivalence: venv  ## every sample graded in both modes (default and --full-run): identical grades (~30 min)
+	GENLAB_EQUIVALENCE=all OMP_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider \
+		tests/test_grading.py -k full_run
 
 lab: venv  ## JupyterLab on the student notebooks
 	$(VENV)/bin/jupyter lab labs/

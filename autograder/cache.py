@@ -1,24 +1,39 @@
 """Resuming: a re-run of ``genlab grade`` with the same --out regrades only what is new or changed.
 
-A result is reused when the submitted notebook's bytes, the lab's source notebook and the genlab version
-are all the same as when it was graded. Reused results are re-recorded in the gradebook like fresh ones,
-so an interrupted run that is resumed ends with a complete gradebook.
+A result is reused only when everything that decided it is unchanged: the submitted notebook's bytes, the
+lab's source and release notebooks, the limits of the run (a longer timeout must regrade a timeout), and the
+code of the grader and of genlab (a fixed test or catalogue entry must regrade). Reused results are
+re-recorded in the gradebook like fresh ones, so an interrupted run that is resumed ends with a complete
+gradebook.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+from functools import lru_cache
 from pathlib import Path
 
 import nbformat
 
+import autograder
 import genlab
 from autograder.results import Result
 
 
-def key(notebook: Path | None, source: Path) -> str:
-    h = hashlib.sha256(genlab.__version__.encode())
-    for path in (notebook, source):
+@lru_cache(maxsize=1)
+def code_digest() -> str:
+    """A digest of every Python file of the ``autograder`` and ``genlab`` packages (tests, wire, catalogue)."""
+    h = hashlib.sha256()
+    for package in (autograder, genlab):
+        base = Path(package.__file__).parent
+        for path in sorted(base.rglob("*.py")):
+            h.update(f"{package.__name__}/{path.relative_to(base)}\0".encode() + path.read_bytes())
+    return h.hexdigest()
+
+
+def key(notebook: Path | None, lab_files: list[Path], limits) -> str:
+    h = hashlib.sha256(f"{genlab.__version__}\0{code_digest()}\0{limits!r}".encode())
+    for path in (notebook, *lab_files):
         h.update(path.read_bytes() if path is not None and path.exists() else b"<none>")
     return h.hexdigest()
 

@@ -10,6 +10,7 @@ import csv
 import glob
 import json
 import logging
+import os
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -105,7 +106,8 @@ def write_feedback(out: Path, db_url: str, results, pool: ProcessPoolExecutor | 
 def write_outputs(root: Path, out: Path, results: list[Result], labs: list[str], db_url: str | None = None,
                   workers: int = 1) -> None:
     """Everything a grading run leaves in ``out``: grades.csv, results.json, the gradebook, feedback pages and
-    the class report (drawn by one of ``workers`` processes while the others render pages)."""
+    the class report. The pages and the report are drawn by one process per core this process may use (or per
+    worker, if more): grading is over, so its workers' cores are free."""
     warnings.filterwarnings("ignore", module="nbgrader.*")  # SQLAlchemy notices from nbgrader's own code
     with (out / "grades.csv").open("w", newline="") as f:
         writer = csv.writer(f)
@@ -115,11 +117,12 @@ def write_outputs(root: Path, out: Path, results: list[Result], labs: list[str],
     (out / "results.json").write_text(json.dumps([r.to_json() for r in results], indent=2))
     db_url = db_url or default_db_url(out)
     gradebook.record(db_url, root, labs, results, out / ".release")
-    if workers <= 1:
+    processes = min(max(workers, len(os.sched_getaffinity(0))), sum(r.notebook is not None for r in results))
+    if processes <= 1:
         write_feedback(out, db_url, results)
         write_class_report(out, db_url)  # class-report.html and .csv: from the gradebook and results.json
         return
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with ProcessPoolExecutor(max_workers=processes) as pool:
         report = pool.submit(write_class_report, out, db_url)
         write_feedback(out, db_url, results, pool)
         report.result()

@@ -60,6 +60,23 @@ def test_same_submission_same_scores_and_resume(two_students, tmp_path):
     assert again == first and "2 of 2 notebooks unchanged" in log
 
 
+def test_a_result_is_reused_only_while_what_decided_it_is_unchanged(tmp_path, monkeypatch):
+    from autograder import cache
+    from autograder.limits import Limits
+
+    notebook, source, release = (tmp_path / name for name in ("student.ipynb", "source.ipynb", "release.ipynb"))
+    for path in (notebook, source, release):
+        path.write_text(path.name)
+    base = cache.key(notebook, [source, release], Limits())
+    assert cache.key(notebook, [source, release], Limits()) == base
+    assert cache.key(notebook, [source, release], Limits(cell_timeout_s=999)) != base, "a longer timeout regrades"
+    release.write_text("a hidden test changed")
+    assert cache.key(notebook, [source, release], Limits()) != base, "a changed release regrades"
+    release.write_text(release.name)
+    monkeypatch.setattr(cache, "code_digest", lambda: "the grader's code changed")
+    assert cache.key(notebook, [source, release], Limits()) != base, "changed grader code regrades"
+
+
 @pytest.mark.skipif(not os.environ.get("GENLAB_TEST_PG_URL"), reason="no PostgreSQL server: set GENLAB_TEST_PG_URL "
                     "(make test starts one with .ci/postgres.sh)")
 def test_two_shards_fill_one_postgres_gradebook(two_students, tmp_path):

@@ -42,6 +42,39 @@ def too_slow(calls, max_ratio: float = 5.0) -> bool:
     return bool(ratios) and min(ratios) > max_ratio
 
 
+def argument(call, position: int, name: str, default):
+    """One argument of a recorded call, given by position or by keyword."""
+    if len(call.args) > position:
+        return call.args[position]
+    return call.kwargs.get(name, default)
+
+
+def dropout_in_eval(calls, deterministic: Callable, p_at: int, training_at: int, training_default: bool) -> bool:
+    """The symptom of dropout not tied to ``training``: calls with ``dropout_p > 0`` outside training returned
+    something other than the deterministic output, while the calls without dropout were right.
+
+    ``deterministic(call)`` is the output without dropout, in float64, or None for a call it cannot judge;
+    ``dropout_p`` and ``training`` are read at positions ``p_at`` and ``training_at`` or by keyword."""
+    import torch
+
+    deterministic_ok, dropped_in_eval = True, False
+    for c in calls:
+        if c.kind != "call" or c.error or not isinstance(c.result, torch.Tensor):
+            continue
+        p, training = argument(c, p_at, "dropout_p", 0.0), argument(c, training_at, "training", training_default)
+        if p > 0 and training:
+            continue  # random by design
+        expected = deterministic(c)
+        if expected is None:
+            continue
+        ok = c.result.shape == expected.shape and torch.allclose(c.result.double(), expected, rtol=1e-2, atol=1e-2)
+        if p > 0:
+            dropped_in_eval |= not ok
+        else:
+            deterministic_ok &= ok
+    return dropped_in_eval and deterministic_ok
+
+
 def bugs_for(lab: str) -> list[Bug]:
     try:
         module = importlib.import_module(f"genlab.catalog.{lab}")

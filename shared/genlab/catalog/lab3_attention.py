@@ -11,7 +11,7 @@ import re
 import torch
 import torch.nn.functional as F
 
-from genlab.catalog import Bug
+from genlab.catalog import Bug, dropout_in_eval
 
 
 # --- causal_mask (True = may attend, bottom-right aligned) ------------------------------------------------
@@ -64,31 +64,18 @@ def dropout_ignores_training(q, k, v, dropout_p=0.0, training=True):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p)
 
 
-def _argument(call, position, name, default):
-    if len(call.args) > position:
-        return call.args[position]
-    return call.kwargs.get(name, default)
+def _attention_without_dropout(call):
+    if len(call.args) < 3:
+        return None
+    q, k, v = call.args[:3]
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    allowed = torch.ones(t_q, t_k, dtype=torch.bool).tril(diagonal=t_k - t_q)
+    return F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=allowed)
 
 
 def _dropout_in_eval(calls) -> bool:
     """Called with training=False and dropout_p > 0, the output is not the deterministic attention."""
-    deterministic_ok, dropped_in_eval = True, False
-    for c in calls:
-        if c.kind != "call" or c.error or len(c.args) < 3 or not isinstance(c.result, torch.Tensor):
-            continue
-        q, k, v = c.args[:3]
-        p, training = _argument(c, 3, "dropout_p", 0.0), _argument(c, 4, "training", True)
-        if p > 0 and training:
-            continue
-        t_q, t_k = q.shape[-2], k.shape[-2]
-        allowed = torch.ones(t_q, t_k, dtype=torch.bool).tril(diagonal=t_k - t_q)
-        expected = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=allowed)
-        ok = c.result.shape == expected.shape and torch.allclose(c.result.double(), expected, rtol=1e-2, atol=1e-2)
-        if p > 0:
-            dropped_in_eval |= not ok
-        else:
-            deterministic_ok &= ok
-    return dropped_in_eval and deterministic_ok
+    return dropout_in_eval(calls, _attention_without_dropout, p_at=3, training_at=4, training_default=True)
 
 
 # --- split_heads -------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from genlab.catalog import Bug
+from genlab.catalog import Bug, dropout_in_eval
 
 
 # --- lora_init -----------------------------------------------------------------------------------------------
@@ -54,26 +54,20 @@ def dropout_ignores_training(x, weight, bias, A, B, scaling, dropout_p=0.0, trai
     return F.linear(x, weight, bias) + scaling * F.linear(F.linear(F.dropout(x, dropout_p), A), B)
 
 
+def _lora_without_dropout(call):
+    if len(call.args) < 6:
+        return None
+    x, weight, bias, A, B, scaling = call.args[:6]
+    if x.dtype in (torch.float16, torch.bfloat16):
+        return None  # too coarse to tell a dropped entry from rounding
+    d = torch.float64
+    return F.linear(x.to(d), weight.to(d), None if bias is None else bias.to(d)) \
+        + scaling * F.linear(F.linear(x.to(d), A.to(d)), B.to(d))
+
+
 def _dropout_in_eval(calls) -> bool:
     """Called with training=False and dropout_p > 0, the output is not the deterministic LoRA output."""
-    deterministic_ok, dropped_in_eval = True, False
-    for c in calls:
-        if c.kind != "call" or c.error or len(c.args) < 6 or not isinstance(c.result, torch.Tensor):
-            continue
-        x, weight, bias, A, B, scaling = c.args[:6]
-        p = c.args[6] if len(c.args) > 6 else c.kwargs.get("dropout_p", 0.0)
-        training = c.args[7] if len(c.args) > 7 else c.kwargs.get("training", False)
-        if (p > 0 and training) or x.dtype in (torch.float16, torch.bfloat16):
-            continue  # random by design, or too coarse to tell a dropped entry from rounding
-        d = torch.float64
-        expected = F.linear(x.to(d), weight.to(d), None if bias is None else bias.to(d)) \
-            + scaling * F.linear(F.linear(x.to(d), A.to(d)), B.to(d))
-        ok = c.result.shape == expected.shape and torch.allclose(c.result.double(), expected, rtol=1e-2, atol=1e-2)
-        if p > 0:
-            dropped_in_eval |= not ok
-        else:
-            deterministic_ok &= ok
-    return dropped_in_eval and deterministic_ok
+    return dropout_in_eval(calls, _lora_without_dropout, p_at=6, training_at=7, training_default=False)
 
 
 # --- merge_lora --------------------------------------------------------------------------------------------
