@@ -120,3 +120,12 @@ def test_a_mode_the_kernel_switched_comes_back_to_the_callers_module(tmp_path):
     assert not model.training and model[0].training and not model[1].training
     wire.apply_modes([model], [{"": "yes", "1": 1}])             # only plain booleans are taken
     assert not model.training and not model[1].training
+
+
+def test_a_call_in_this_process_lists_its_modules_in_the_order_the_wire_sends_them(tmp_path):
+    """A student's self-check (LocalFunction) and the grader report modes_after for the same modules."""
+    a, b, c = nn.Linear(1, 1), nn.Dropout(0.1), nn.BatchNorm2d(2)
+    args, kwargs = (torch.zeros(1), [a, (b,)]), {"x": 1, "extra": {"net": c}}
+    encoder = wire.Encoder()
+    header = {"args": encoder.encode(args), "kwargs": encoder.encode(kwargs)}
+    assert wire.modules_in((args, kwargs)) == wire.call_modules(header, args, kwargs) == [a, b, c]

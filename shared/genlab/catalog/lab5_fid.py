@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from genlab.catalog import Bug
+from genlab.testing.wire import modules_in
 
 
 # --- feature_stats ---------------------------------------------------------------------------------
@@ -91,7 +92,7 @@ def mode_not_restored(model, images, batch_size=256):
 def left_in_eval(calls) -> bool:
     """The symptom replay cannot see (the features are right): a model sent in train mode came back in eval."""
     for call in calls:
-        sent = [a for a in (*call.args, *call.kwargs.values()) if isinstance(a, torch.nn.Module)]
+        sent = modules_in((call.args, call.kwargs))
         if call.kind == "call" and call.error is None and sent and call.modes_after:
             if sent[0].training and call.modes_after[0].get("") is False:
                 return True

@@ -67,9 +67,9 @@ class LocalFunction:
         except Exception as exc:
             call.error = type(exc).__name__
             raise
-        from genlab.testing.wire import modes
+        from genlab.testing.wire import modes, modules_in
 
-        call.modes_after = [modes(a) for a in (*args, *kwargs.values()) if isinstance(a, torch.nn.Module)]
+        call.modes_after = [modes(m) for m in modules_in((args, kwargs))]
         return call.result
 
     def __genlab_time_ratio__(self, reference, args, kwargs):
