@@ -9,6 +9,7 @@ Writes, under DIR (see :mod:`autograder.feedback`):
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import sys
 import tempfile
@@ -272,9 +273,10 @@ def grade_all(root: Path, submissions: Path, out: Path, *, workers: int = 1, lab
             if in_shard(w[0], shard)]
     labs = sorted({lab for _, lab, _ in work}) or labs
     db_url = db_url or default_db_url(out)
-    # The gradebook's setup (seconds of nbgrader) runs in a process of its own while the notebooks are graded;
-    # started before any thread of this process, so the fork copies no held lock.
-    setup = ProcessPoolExecutor(max_workers=1)
+    # The gradebook's setup (seconds of nbgrader) runs in a process of its own while the notebooks are graded,
+    # at the lowest priority, so it takes only idle CPU and never slows a timing test's kernels; started
+    # before any thread of this process, so the fork copies no held lock.
+    setup = ProcessPoolExecutor(max_workers=1, initializer=os.nice, initargs=(19,))
     prepared = setup.submit(gradebook.prepare, db_url, root, labs, out / ".release")
     results: list[Result] = []
     reused = 0
