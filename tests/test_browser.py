@@ -166,7 +166,25 @@ def close_dialog(page) -> str | None:
 
 def run_all(page, timeout_s: float) -> None:
     """Run > Run All Cells, then wait until no cell is queued or running and the kernel is idle after a run:
-    the indicator then shows the elapsed time, or a traceback stopped the run."""
+    the indicator then shows the elapsed time, or a traceback stopped the run. A run that ends with every
+    cell unrun (the prompts back to "[ ]:", as when the kernel restarts under a loaded machine and JupyterLab
+    drops its queue) is run once more, and said so in the output."""
+    for attempt in range(2):
+        _start_run_all(page)
+        page.wait_for_function(
+            f"""() => !{PROMPTS}.some(p => p.includes('*'))
+                && document.querySelector('{INDICATOR}').textContent.includes('Kernel status: Idle')
+                && (document.querySelector('{INDICATOR}').textContent.includes('Elapsed time')
+                    || document.body.textContent.includes('Traceback (most recent call last)'))""",
+            timeout=timeout_s * 1000, polling=500)
+        if attempt or any(p != "[ ]:" for p in page.evaluate(f"() => {PROMPTS}")):
+            return
+        print(f"the run left every cell unrun (indicator: {page.locator(INDICATOR).first.text_content()!r}); "
+              "running all cells again")
+
+
+def _start_run_all(page) -> None:
+    """Run > Run All Cells until a cell is queued or running (3 tries, closing any dialog in the way)."""
     dialogs = []
     for _attempt in range(3):
         if text := close_dialog(page):
@@ -185,12 +203,6 @@ def run_all(page, timeout_s: float) -> None:
                              + "".join(f"\n  dialog closed on the way: {t!r}" for t in dialogs))
     for text in dialogs:
         print(f"dialog closed before the run: {text!r}")
-    page.wait_for_function(
-        f"""() => !{PROMPTS}.some(p => p.includes('*'))
-            && document.querySelector('{INDICATOR}').textContent.includes('Kernel status: Idle')
-            && (document.querySelector('{INDICATOR}').textContent.includes('Elapsed time')
-                || document.body.textContent.includes('Traceback (most recent call last)'))""",
-        timeout=timeout_s * 1000, polling=500)
 
 
 def page_errors(page) -> list[str]:
