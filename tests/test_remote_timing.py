@@ -29,3 +29,34 @@ def test_the_first_look_stops_at_its_budget_so_a_very_slow_loop_is_measured_not_
     look, took = first_look(_loop(0.0, 1.0, log), probe=1000, budget_s=15.0)
     assert look == 16 and took == 16.0 and log == [1, 4, 16]
     assert first_look(_loop(0.0, 1e-4, []), probe=50, budget_s=15.0)[0] == 50
+
+
+def test_a_slow_function_stays_slow_when_the_machine_slows_most_of_the_references_rounds(monkeypatch):
+    """A Python loop 50x the reference's time per call, while bursts of load slow three of the reference's five
+    rounds 30x (and its first look): a ratio of medians would say 1.7x and pass it; each side's best round
+    says about 50x."""
+    import autograder.remote as remote
+    from genlab.testing.calls import Recorder
+
+    clock = [0.0]
+    monkeypatch.setattr(remote.time, "perf_counter", lambda: clock[0])
+    bursts = []  # the reference's requests after the student's first one: look, then rounds 1-5
+
+    class Session:
+        def __init__(self, per_call, student):
+            self.per_call, self.student = per_call, student
+
+        def request(self, header, encoder):
+            slow = 1.0
+            if self.student and not bursts:
+                bursts.extend([30.0, 30.0, 1.0, 30.0, 1.0, 30.0])
+            elif not self.student and bursts:
+                slow = bursts.pop(0) if len(bursts) > 1 else bursts[0]
+            clock[0] += 1e-3 + header["n"] * self.per_call * slow
+            return {"ok": True}, None
+
+    student = remote.RemoteFunction(Session(2e-3, True), "reparameterize", Recorder(),
+                                    reference_session=Session(40e-6, False))
+    result = student.__genlab_time_ratio__(lambda: None, (), {"clear_below": 2.5})
+    assert result.ratio > 25, f"a 50x-slow function measured {result}"
+    assert "best of 5 interleaved rounds" in str(result)

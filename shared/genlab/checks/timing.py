@@ -37,25 +37,30 @@ MAX_RATIO_CUDA = 3.0
 class TimingResult:
     """How long the student's function took relative to the reference."""
 
-    ratio: float  # student median / reference median; > 1 means slower
+    ratio: float  # student time / reference time per call; > 1 means slower
     student_median_s: float
     reference_median_s: float
     rounds: int
+    summary: str = "medians"  # how each side's rounds were summed up: "medians", or "best" (the fastest round)
 
     def __str__(self) -> str:
         return (f"{self.ratio:.2f}x the reference time ({_seconds(self.student_median_s)} vs "
-                f"{_seconds(self.reference_median_s)}, medians of {self.rounds} interleaved rounds)")
+                f"{_seconds(self.reference_median_s)}, {self.summary} of {self.rounds} interleaved rounds)")
 
     def swapped(self) -> "TimingResult":
         """The same measurement seen from the other side (reference vs student)."""
-        return TimingResult(1.0 / self.ratio, self.reference_median_s, self.student_median_s, self.rounds)
+        return TimingResult(1.0 / self.ratio, self.reference_median_s, self.student_median_s, self.rounds,
+                            self.summary)
 
 
 def clearly_below(student_times: list[float], reference_times: list[float], clear_below: float | None) -> bool:
-    """Enough rounds: after two, even the slowest student round over the fastest reference round is under
-    ``clear_below``. Noise only ever adds time, so that bound overstates the student's ratio: stopping on it
-    ends the timing of a clearly fast function early and can never fail one (a slower one runs every round)."""
+    """Enough rounds: after two, the reference's rounds agree (within 1.5x) and even the slowest student round
+    over the fastest reference round is under ``clear_below``. Noise only ever adds time, so with the
+    reference's rounds unhurt that bound overstates the student's ratio: stopping on it ends the timing of a
+    clearly fast function early and can never fail one (a slower one runs every round). Reference rounds that
+    disagree were slowed by the machine, which would understate a slow student: then every round runs."""
     return (clear_below is not None and len(student_times) >= 2 and len(reference_times) >= 2
+            and max(reference_times) < 1.5 * min(reference_times)
             and max(student_times) / min(reference_times) < clear_below)
 
 
