@@ -45,7 +45,6 @@ WARM = """for _genlab_module in {modules!r}:
 del _genlab_module"""
 
 
-
 @dataclass
 class Run:
     """What every worker needs to know about this grading run (sent to worker processes once per job)."""

@@ -338,7 +338,7 @@ def test_reference_against_itself_never_fails():
 
 def test_timing_result_str():
     result = TimingResult(ratio=2.0, student_median_s=2e-3, reference_median_s=1e-3, rounds=5)
-    assert str(result) == "2.00x the reference time (2 ms vs 1 ms, medians of 5 interleaved rounds)"
+    assert str(result) == "2.00x the reference time (2 ms vs 1 ms, best of 5 interleaved rounds)"
 
 
 # --- remote dispatch --------------------------------------------------------------------------

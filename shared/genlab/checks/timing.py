@@ -6,8 +6,10 @@ same machine, at the same time. Rounds are interleaved (student, reference,
 student, reference...) so a slow patch of the machine (another job, thermal
 throttling) hits both sides alike; each round is a
 ``torch.utils.benchmark.Timer.blocked_autorange`` (which synchronizes CUDA and
-pauses the garbage collector), and the ratio is of the medians of the rounds'
-medians, which shrugs off a few outlier rounds.
+pauses the garbage collector), and the ratio is of each side's best round (its
+fastest per-call median): load only ever adds time, so a burst moves the ratio
+only if it slows every round of one side, where a median of rounds was pulled
+towards 1 once most of the reference's short rounds were slowed.
 
 Timer runs single-threaded by default (``num_threads=1``): thread-pool noise
 would dominate small ops, and a Python loop over the batch is still ~100x
@@ -16,7 +18,6 @@ slower than the vectorized op, far beyond the thresholds.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -37,20 +38,18 @@ MAX_RATIO_CUDA = 3.0
 class TimingResult:
     """How long the student's function took relative to the reference."""
 
-    ratio: float  # student time / reference time per call; > 1 means slower
-    student_median_s: float
-    reference_median_s: float
+    ratio: float  # student time / reference time per call, each side's best round; > 1 means slower
+    student_median_s: float    # seconds per call in the student's best round
+    reference_median_s: float  # seconds per call in the reference's best round
     rounds: int
-    summary: str = "medians"  # how each side's rounds were summed up: "medians", or "best" (the fastest round)
 
     def __str__(self) -> str:
         return (f"{self.ratio:.2f}x the reference time ({_seconds(self.student_median_s)} vs "
-                f"{_seconds(self.reference_median_s)}, {self.summary} of {self.rounds} interleaved rounds)")
+                f"{_seconds(self.reference_median_s)}, best of {self.rounds} interleaved rounds)")
 
     def swapped(self) -> "TimingResult":
         """The same measurement seen from the other side (reference vs student)."""
-        return TimingResult(1.0 / self.ratio, self.reference_median_s, self.student_median_s, self.rounds,
-                            self.summary)
+        return TimingResult(1.0 / self.ratio, self.reference_median_s, self.student_median_s, self.rounds)
 
 
 def clearly_below(student_times: list[float], reference_times: list[float], clear_below: float | None) -> bool:
@@ -83,15 +82,15 @@ def time_ratio(fn: Callable[..., Any], reference: Callable[..., Any], *args: Any
     fn(*args, **kwargs)
     reference(*args, **kwargs)
 
-    medians: tuple[list[float], list[float]] = ([], [])
+    per_call: tuple[list[float], list[float]] = ([], [])  # each round's median seconds per call, per side
     for _ in range(rounds):
-        for timer, side in zip(timers, medians):
+        for timer, side in zip(timers, per_call):
             side.append(timer.blocked_autorange(min_run_time=min_run_time).median)
-        if clearly_below(*medians, clear_below):
+        if clearly_below(*per_call, clear_below):
             break
-    student, ref = statistics.median(medians[0]), statistics.median(medians[1])
+    student, ref = min(per_call[0]), min(per_call[1])
     return TimingResult(ratio=student / ref, student_median_s=student, reference_median_s=ref,
-                        rounds=len(medians[0]))
+                        rounds=len(per_call[0]))
 
 
 def check_not_slower(fn: Callable[..., Any], reference: Callable[..., Any], *args: Any,
