@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+import phases
+
 ROOT = Path(__file__).resolve().parents[1]
 GRADED = ["reference", "bug_kl_sign_flipped"]   # the Lab 1 samples ``graded`` grades (and one more, below)
 
@@ -123,3 +125,15 @@ def graded_class(tmp_path_factory) -> Path:
     assert done.returncode == 0, done.stderr[-3000:]
     assert (out / "class-report.html").exists(), "genlab grade writes the class report"
     return out
+
+
+# -- where the time went (tests/phases.py) -------------------------------------------------------------------
+_SESSION_START = time.time()
+
+
+def pytest_terminal_summary(terminalreporter):
+    reports = [r for kind in terminalreporter.stats.values() for r in kind
+               if getattr(r, "when", None) in ("setup", "call", "teardown")]
+    terminalreporter.section("time per phase")
+    for line in phases.summary(reports, _SESSION_START):
+        terminalreporter.write_line(line)

@@ -163,3 +163,45 @@ def test_postgres_url_with_the_psycopg2_driver(pg_url, tmp_path):
     url = _url_text(make_url(pg_url).set(drivername="postgresql+psycopg2"))
     gradebook.record(url, ROOT, [LAB], [Result("ada", 0.5)], tmp_path / "staging")
     assert gradebook.totals(url) == {("ada", LAB): FULL / 2}
+
+
+# -- the suite leaves no server behind (.ci/with-postgres.sh, which make test runs pytest under) ---------------
+WITH_PG = ROOT / ".ci" / "with-postgres.sh"
+
+
+def test_a_server_the_caller_passed_in_is_used_and_left_alone(tmp_path):
+    import subprocess
+
+    env = {**os.environ, "GENLAB_TEST_PG_URL": "postgresql://someone:else@127.0.0.1:1/theirs",
+           "GENLAB_PG_DIR": str(tmp_path / "never")}
+    done = subprocess.run(["bash", str(WITH_PG), "sh", "-c", 'echo "$GENLAB_TEST_PG_URL"'], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == env["GENLAB_TEST_PG_URL"]
+    assert not (tmp_path / "never").exists(), "no server of ours was started"
+
+
+def test_the_throwaway_server_is_stopped_and_removed_whatever_the_outcome():
+    import shutil
+    import socket
+    import subprocess
+    import tempfile
+
+    if not (shutil.which("initdb") or list(Path("/usr/lib/postgresql").glob("*/bin/initdb"))):
+        _unavailable("PostgreSQL is not installed (.ci/postgres.sh installs it when run as root)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # Under /tmp itself: run as root, the server runs as `postgres`, which cannot enter pytest's mode-700 folders.
+    folder = Path(tempfile.mkdtemp(prefix="genlab-pg-test-", dir="/tmp")) / "pg"
+    folder.parent.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "GENLAB_TEST_PG_URL"}
+    env.update(GENLAB_PG_DIR=str(folder), GENLAB_PG_PORT=str(port))
+    # The command sees a live server, then fails: the wrapper passes the failure on and still cleans up.
+    probe = f'test -n "$GENLAB_TEST_PG_URL" && test -S {folder}/.s.PGSQL.{port} && exit 3'
+    done = subprocess.run(["bash", str(WITH_PG), "sh", "-c", probe], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert not folder.exists(), "the throwaway server's folder is still there"
+    folder.parent.rmdir()
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert str(folder) not in ps, "the throwaway server is still running"
