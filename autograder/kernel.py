@@ -22,7 +22,8 @@ import zmq
 from jupyter_client import KernelManager
 
 from autograder import cgroups
-from autograder.sandbox import kernel_environment
+from autograder.channel import ChannelLost, ChannelTampered, RpcFolder, check_reply
+from autograder.sandbox import kernel_account, kernel_environment
 from autograder.limits import Limits
 from genlab.testing import wire
 
@@ -33,6 +34,10 @@ class KernelLost(Exception):
 
 class RemoteTimeout(Exception):
     """The student's code ran past the time limit and was interrupted."""
+
+
+class AnswerLost(KernelLost, ChannelLost):
+    """The kernel is alive but sent no answer (its folder for them is gone): graded as a lost kernel."""
 
 
 @dataclass
@@ -51,7 +56,9 @@ class KernelSession:
                  launcher: list[str] | None = None, cgroup_limits: tuple[int, int] | None = None,
                  remove_workdir: bool = False):
         self.workdir = Path(workdir)
-        self.rpc_dir = self.workdir / ".genlab_rpc"
+        self.channel = RpcFolder(self.workdir)   # requests and answers (autograder.channel)
+        self.rpc_dir = self.channel.path
+        self.channel_evidence: list[str] = []   # what was wrong with the kernel's answers (tampering)
         self.limits = limits
         self.env = env or {}
         self.launcher = launcher or []
@@ -67,7 +74,8 @@ class KernelSession:
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
-        self.rpc_dir.mkdir(parents=True, exist_ok=True)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.channel.create()
         # One zmq context for every kernel of this process: a per-kernel context that the garbage
         # collector finalises while a channel thread still holds a socket blocks in term() for ever.
         self.km = KernelManager(kernel_name="python3", context=zmq.Context.instance())
@@ -95,6 +103,16 @@ class KernelSession:
         self.kc = self.km.client(context=zmq.Context.instance())
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)
+        # The folder now belongs to the kernel's user (the sandbox's launcher gave it the scratch folder) or,
+        # unsandboxed, to the grader's own: that owner, and that folder, are what every request checks.
+        owners = {os.geteuid()}
+        try:
+            account = kernel_account()
+        except KeyError:
+            account = None
+        if account is not None:
+            owners.add(account[0])
+        self.channel.settle(owners)
         self.started_at = time.monotonic()
 
     def alive(self) -> bool:
@@ -209,21 +227,47 @@ class KernelSession:
 
     # -- the request channel used by autograder.remote ----------------------------------------------
     def request(self, header: dict, encoder: wire.Encoder):
+        """Sends one request, runs ``serve`` on it in the kernel, and returns its checked answer (reply, tensors).
+
+        Raises KernelLost (the kernel died, or sent no answer), RemoteTimeout, or ChannelTampered (the answer
+        or the channel's folder broke the rules of :mod:`autograder.channel`; also kept in
+        :attr:`channel_evidence`, so a test that catches every exception cannot hide it)."""
         # Unguessable names: a process the student left running cannot prepare an answer in advance.
-        path = self.rpc_dir / f"req-{next(self._counter)}-{secrets.token_hex(8)}"
-        wire.write_message(path, header, encoder)
-        run = self.run_cell(f"__import__('genlab.testing.server', fromlist=['serve']).serve({str(path)!r})",
-                            timeout=self.limits.test_timeout_s, silent=True)
-        if run.status == "dead":
-            raise KernelLost(run.error)
-        if run.status == "timeout":
-            raise RemoteTimeout(run.error)
-        answer = path.with_name(path.name + ".out")
+        name = f"req-{next(self._counter)}-{secrets.token_hex(8)}"
+        # The kernel's server answers an error rather than a message over these limits (an honest result of
+        # plain data that large is the student's mistake, not tampering).
+        header = {**header, "answer_limits": {"json_bytes": self.limits.max_answer_json_bytes,
+                                              "tensor_bytes": self.limits.max_answer_tensor_bytes}}
+        folder = None
         try:
-            return wire.read_message(answer)
-        except (OSError, ValueError) as exc:
-            raise KernelLost(f"the kernel sent no readable answer ({exc}); something in the notebook "
-                             f"interfered with the grader") from exc
+            # One verified descriptor of the folder for the whole request: the request is written, its answer
+            # read and both removed in that folder, wherever the kernel moves it meanwhile.
+            folder = self.channel.open()
+            path = self.channel.write_request(name, header, encoder.tensors, dir_fd=folder)
+            run = self.run_cell(f"__import__('genlab.testing.server', fromlist=['serve']).serve({str(path)!r})",
+                                timeout=self.limits.test_timeout_s, silent=True)
+            if run.status == "dead":
+                raise KernelLost(run.error)
+            if run.status == "timeout":
+                raise RemoteTimeout(run.error)
+            reply, tensors = self.channel.read_answer(
+                name, max_json_bytes=self.limits.max_answer_json_bytes,
+                max_tensor_bytes=self.limits.max_answer_tensor_bytes, timeout_s=self.limits.answer_read_timeout_s,
+                dir_fd=folder)
+            return check_reply(reply, tensors, str(header.get("kind"))), tensors
+        except ChannelTampered as exc:
+            self.note_tampering(str(exc))
+            raise
+        except ChannelLost as exc:
+            if isinstance(exc, KernelLost):
+                raise
+            raise AnswerLost(str(exc)) from None
         finally:
-            for p in path.parent.glob(path.name + "*"):
-                p.unlink(missing_ok=True)
+            if folder is not None:
+                self.channel.cleanup(name, dir_fd=folder)
+                os.close(folder)
+
+    def note_tampering(self, evidence: str) -> ChannelTampered:
+        if evidence not in self.channel_evidence:
+            self.channel_evidence.append(evidence)
+        return ChannelTampered(evidence)

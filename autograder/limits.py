@@ -30,6 +30,9 @@ class Limits:
     max_file_mib: float = _DEFAULTS["max_file_mib"]
     output_bytes_per_cell: int = _DEFAULTS["output_bytes_per_cell"]
     max_notebook_mib: float = _DEFAULTS["max_notebook_mib"]
+    max_answer_json_mib: float = _DEFAULTS["max_answer_json_mib"]
+    max_answer_tensor_mib: float = _DEFAULTS["max_answer_tensor_mib"]
+    answer_read_timeout_s: float = _DEFAULTS["answer_read_timeout_s"]
     full_run: bool = _DEFAULTS["full_run"]
 
     @classmethod
@@ -54,3 +57,11 @@ class Limits:
     @property
     def max_notebook_bytes(self) -> int:
         return int(self.max_notebook_mib * 2**20)
+
+    @property
+    def max_answer_json_bytes(self) -> int:
+        return int(self.max_answer_json_mib * 2**20)
+
+    @property
+    def max_answer_tensor_bytes(self) -> int:
+        return int(self.max_answer_tensor_mib * 2**20)

@@ -31,11 +31,13 @@ from typing import Callable
 import nbformat
 
 from autograder.assemble import Assembled, assemble
+from autograder.channel import ChannelTampered
 from autograder.kernel import KernelLost, KernelSession, RemoteTimeout
 from autograder.labs import LabFolder
 from autograder.limits import Limits
 from autograder.remote import RemoteFunction
 from autograder.results import Result, Status
+from autograder.sanitize import student_text
 from autograder.scan import scan_notebook
 from genlab.catalog import Bug, bugs_for
 from genlab.testing.calls import Recorder
@@ -46,6 +48,7 @@ from genlab.testing.runner import Outcome, run_test
 from genlab.testing.wire import Encoder
 
 GRADE_NEEDS = "grade-needs"   # cell tag: a lab cell the tests depend on (trained state, data)
+MAX_MESSAGE_CHARS = 12000   # one test's message, a note, an evidence line (the kernel's parts are capped lower)
 MEMORY_ERRORS = ("can't allocate memory", "MemoryError", "CUDA out of memory", "OutOfMemoryError")
 
 
@@ -296,6 +299,7 @@ def run_one_test(g: Grading, test: str, cell) -> None:
     session = g.session
     # Checked before each test too, so a patch undone before the notebook ends is still seen.
     _add_evidence(g, _integrity(session))
+    seen = len(session.channel_evidence)
     recorder = Recorder()
     namespace = dict(g.test_globals)
     namespace.update({f: RemoteFunction(session, f, recorder, g.reference_kernel) for f in g.lab.functions})
@@ -304,16 +308,25 @@ def run_one_test(g: Grading, test: str, cell) -> None:
         # A library's notice raised by the instructor's test code (torchmetrics' KID warns that it keeps its
         # features) is about the test, not the student: kept out of the grader's output and the feedback.
         with warnings.catch_warnings(record=True):
-            outcome = run_test(test, g.lab.tests[test]["source"], namespace, passthrough=(KernelLost, RemoteTimeout))
+            outcome = run_test(test, g.lab.tests[test]["source"], namespace,
+                               passthrough=(KernelLost, RemoteTimeout, ChannelTampered))
+    except ChannelTampered as exc:
+        outcome = Outcome(test, Status.TAMPERED, _channel_evidence(str(exc)), time.perf_counter() - start)
     except RemoteTimeout as exc:
         outcome = Outcome(test, Status.TIMEOUT, str(exc), time.perf_counter() - start)
     except KernelLost as exc:
         outcome = Outcome(test, Status.KILLED, str(exc), time.perf_counter() - start)
     outcome.status = Status(outcome.status)
+    # A forged answer is tampering even where the test's own code caught the exception it raised.
+    forged = [_channel_evidence(e) for e in session.channel_evidence[seen:]]
+    if forged:
+        outcome = Outcome(test, Status.TAMPERED, "; ".join(forged), outcome.seconds)
+        _add_evidence(g, forged)
     if outcome.status in (Status.TIMEOUT, Status.KILLED) and not session.alive():
         g.stopped_by = f"test {test}"
     if outcome.status == Status.ERROR:
-        g.missing_names |= set(re.findall(r"NameError: name '(\w+)' is not defined", outcome.message))
+        g.missing_names |= set(re.findall(r"NameError(?::|, saying:\n  \|) name '(\w+)' is not defined",
+                                          outcome.message))
     g.calls.extend(recorder.calls)
     _add_evidence(g, recorder.evidence)
     g.outcomes[test] = outcome
@@ -355,7 +368,12 @@ def verdict(g: Grading) -> None:
         if g.evidence:
             outcome = Outcome(test, Status.TAMPERED, "the notebook interferes with the grader: " +
                               "; ".join(g.evidence[:5]), outcome.seconds, outcome.diagnosis)
+        # Messages quote the student's code and kernel: no control character or terminal escape reaches
+        # results.json or a feedback page, and none is longer than a page.
+        outcome.message = student_text(outcome.message, MAX_MESSAGE_CHARS)
         final.append(outcome)
+    g.notes[:] = [student_text(n, MAX_MESSAGE_CHARS) for n in g.notes]
+    g.evidence[:] = [student_text(e, MAX_MESSAGE_CHARS) for e in g.evidence]
     g.result = Result(g.student, g.lab.id, final, points, g.notes, g.evidence, g.assembled.nb)
 
 
@@ -443,9 +461,15 @@ def _integrity(session: KernelSession) -> list[str]:
         changed, _ = session.request({"kind": "integrity", "args": [], "kwargs": {"__dict__": {}}}, Encoder())
     except (KernelLost, RemoteTimeout):
         return []
-    if changed.get("ok") and changed.get("result"):
+    except ChannelTampered as exc:
+        return [_channel_evidence(str(exc))]
+    if changed["ok"] and changed["result"]:  # checked: a list of watched names (autograder.channel)
         return [f"replaced at run time: {name}" for name in changed["result"]]
     return []
+
+
+def _channel_evidence(what: str) -> str:
+    return f"the kernel's answer to the grader broke the channel's rules: {what}"
 
 
 def _grader_note(text: str):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import time
 
+from autograder.sanitize import student_text
 from genlab.testing import wire
 from genlab.testing.calls import Call, Recorder, detached
 from genlab.testing.wire import student_error
@@ -53,19 +54,21 @@ def _request(session, recorder: Recorder, kind: str, name: str, args, kwargs, ta
     header = {"kind": kind, **target, **extra,
               "args": encoder.encode(tuple(args)), "kwargs": encoder.encode(dict(kwargs))}
     call = Call(kind, name, detached(tuple(args)), detached(dict(kwargs)))  # the arguments as they were sent
+    # The reply is checked (autograder.channel.check_reply): its fields have the types used here, and the
+    # kernel's text in it is cleaned and capped.
     reply, tensors = session.request(header, encoder)
     recorder.calls.append(call)
-    if reply.get("ok") and kind == "call":  # a module the function switched to eval() is switched here too
+    if reply["ok"] and kind == "call":  # a module the function switched to eval() is switched here too
         sent = wire.call_modules(header, args, kwargs)
         wire.apply_modes(sent, reply.get("modes"))
         call.modes_after = [wire.modes(m) for m in sent]
-    if not reply.get("ok"):
-        err = reply.get("error", {})
-        call.error = str(err.get("type", "Exception"))
-        raise student_error(call.error, str(err.get("message", "")), str(err.get("traceback", "")))
-    tree = reply.get("result")
+    if not reply["ok"]:
+        err = reply["error"]
+        call.error = err["type"]
+        raise student_error(call.error, err["message"], err["traceback"])
+    tree = reply["result"]
     for sub in wire.subclass_names(tree):
-        recorder.evidence.append(f"{name} returned a tensor subclass {sub}")
+        recorder.evidence.append(f"{name} returned a tensor subclass {student_text(str(sub), 300)}")
 
     def handle(hid, type_name):
         h = wire.Handle(hid, type_name)
@@ -73,7 +76,10 @@ def _request(session, recorder: Recorder, kind: str, name: str, args, kwargs, ta
             return _BoundMethod(session, recorder, target["handle"], target["method"], name)
         return RemoteObject(session, h, recorder, f"{name}()")
 
-    call.result = wire.decode(tree, tensors, handle_factory=handle)
+    try:
+        call.result = wire.decode(tree, tensors, handle_factory=handle)
+    except Exception as exc:  # noqa: BLE001 - checked before, so only a forged answer gets here
+        raise session.note_tampering(f"the kernel's answer could not be decoded ({type(exc).__name__})") from None
     return call.result
 
 
@@ -125,9 +131,9 @@ class RemoteFunction:
             start = time.perf_counter()
             reply, _ = session.request(header, encoder)
             elapsed = time.perf_counter() - start
-            if not reply.get("ok"):
-                err = reply.get("error", {})
-                raise student_error(str(err.get("type")), str(err.get("message")), str(err.get("traceback", "")))
+            if not reply["ok"]:
+                err = reply["error"]
+                raise student_error(err["type"], err["message"], err["traceback"])
             return elapsed
 
         reference_loop = lambda n: timed(self._reference_session, name, n)  # noqa: E731

@@ -137,3 +137,25 @@ def seal_pages(folder: Path) -> int:
     for path in pages:
         path.write_text(seal_page(path.read_text()))
     return len(pages)
+
+
+# -- text the student's kernel sends (error messages, tracebacks, names) ---------------------------------
+# Terminal escapes (CSI, OSC and two-byte ESC sequences, and the 8-bit CSI), then every other control
+# character but newline and tab: C0, DEL, C1, the bidirectional overrides and the Unicode line separators.
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]?|\x9b[0-?]*[ -/]*[@-~]")
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+
+
+def student_text(text, limit: int = 4000) -> str:
+    """``text`` (from a student's kernel) made safe to show: CR-LF becomes a newline, terminal escapes and
+    control characters other than newline and tab are dropped, and it is cut to ``limit`` characters."""
+    text = _CONTROLS.sub("", _ESCAPES.sub("", str(text).replace("\r\n", "\n")))
+    if len(text) > limit:
+        text = text[:limit] + f" [... {len(text) - limit} more characters cut by the grader]"
+    return text
+
+
+def quoted(text: str, prefix: str = "  | ") -> str:
+    """Every line of the student's text behind a marker, so none can pass for one of the grader's own lines
+    (``[genlab grader] ... PASSED``)."""
+    return "\n".join(prefix + line for line in (text.split("\n") if text else [""]))

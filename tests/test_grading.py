@@ -109,6 +109,41 @@ def test_attacks_on_values_earn_nothing(graded, lab, sample):
         assert float(row["score"]) == 0 and row["status"] != "passed", results[sample, lab]["tests"]
 
 
+@pytest.mark.parametrize("lab,sample", cases(lambda e: "evidence" in e))
+def test_forged_answers_are_named_in_the_evidence(graded, lab, sample):
+    """A channel forgery (issue 22) is tampering, and the evidence says what was forged, in words."""
+    _, _, results, _, _ = graded
+    words = EXPECT[lab][sample]["evidence"]
+    assert any(words in line for line in results[sample, lab]["evidence"]), results[sample, lab]["evidence"]
+
+
+@pytest.mark.parametrize("lab,sample", cases(lambda e: "no_files" in e))
+def test_the_grader_writes_nothing_where_a_kernel_points_it(graded, lab, sample):
+    import glob
+
+    assert not glob.glob(EXPECT[lab][sample]["no_files"]), "the grader wrote request files outside the kernel's folder"
+
+
+@pytest.mark.parametrize("lab,sample", cases(lambda e: "max_feedback_bytes" in e))
+def test_a_forged_answer_cannot_swell_the_feedback(graded, lab, sample):
+    page = graded[0] / "feedback" / sample / lab / f"{lab}.html"
+    assert page.stat().st_size < EXPECT[lab][sample]["max_feedback_bytes"]
+
+
+@pytest.mark.parametrize("lab,sample", cases(lambda e: e.get("clean_messages")))
+def test_student_text_is_shown_clean_and_quoted(graded, lab, sample):
+    """No control characters, and no line of the student's text that passes for one of the grader's verdicts."""
+    out, _, results, _, _ = graded
+    nb = json.loads((out / "autograded" / sample / lab / f"{lab}.ipynb").read_text())
+    texts = [t["message"] for t in results[sample, lab]["tests"]] + [
+        "".join(o.get("text", "")) for c in nb["cells"] for o in c.get("outputs", [])
+        if o.get("output_type") == "stream" and "[genlab grader]" in "".join(o.get("text", ""))]
+    for text in texts:
+        assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]", text), repr(text[:200])
+        lines = text.splitlines()
+        assert not any(line.startswith("[genlab grader]") for line in lines[1:]), repr(text[:300])
+
+
 @pytest.mark.parametrize("lab,sample", cases(lambda e: "status" in e))
 def test_faults_cost_only_the_affected_tests(graded, lab, sample):
     _, rows, results, _, _ = graded

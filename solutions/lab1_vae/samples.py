@@ -112,7 +112,8 @@ SAMPLES: dict[str, dict] = {
     "fault_sys_exit": {"cells": {}, "after": {"reparameterize_shape": "import sys\nsys.exit(1)\n"}},
     "fault_segfault": {"cells": {}, "after": {"gaussian_kl_gradient": "import ctypes\nctypes.string_at(0)\n"}},
     "fault_sigint_ignored": {"cells": {}, "after": {"gaussian_kl_gradient":
-        "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass\n"}},
+        # waits rather than spins: ignoring the interrupt is the fault, and a spin only burned a core for 65 s
+        "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    time.sleep(0.1)\n"}},
     "fault_out_of_memory": {"cells": {}, "after": {"reparameterize_shape": "big = torch.ones(2 ** 36)\n"}},
     # 6 GiB, touched: over the 4 GiB memory limit, under the address-space cap, so the kernel is OOM-killed
     "fault_oom_killed": {"cells": {}, "after": {"gaussian_kl_gradient": "big = torch.ones(3 * 2 ** 29)\n"}},
@@ -125,9 +126,14 @@ SAMPLES: dict[str, dict] = {
     "fault_wrong_name": {"cells": {}, "path": "lab1/Lab1 (1).ipynb"},
     # -- attacks the sandbox stops (no string that a scan could catch) ----------------------------------
     "attack_read_solutions": {"cells": {"reparameterize":
-        "import glob, json, os\n_secret = {}\n"
-        "for _p in glob.glob(os.path.join(os.path.expanduser('~'), '..', '..', '..', '**', '*.ipynb'), recursive=True)"
-        " + glob.glob('/work/**/*.ipynb', recursive=True):\n"
+        # Every folder the kernel can see, but /proc, /sys and /dev (no notebook lives there, and globbing /proc
+        # recursively never ended: the cell used to time out before the search was over).
+        "import json, os\n_secret = {}\n"
+        "_found = []\n"
+        "for _dir, _subdirs, _files in os.walk('/'):\n"
+        "    _subdirs[:] = [d for d in _subdirs if os.path.join(_dir, d) not in ('/proc', '/sys', '/dev')]\n"
+        "    _found += [os.path.join(_dir, f) for f in _files if f.endswith('.ipynb')]\n"
+        "for _p in _found:\n"
         "    if 'sol' + 'utions' in _p:\n"
         "        for _c in json.load(open(_p))['cells']:\n"
         "            if 'def reparameterize' in ''.join(_c['source']):\n"
@@ -239,8 +245,10 @@ _EXPECT: dict[str, dict] = {
     "fault_invalid_json": {"status_all": "error"},
     "fault_missing_notebook": {"status_all": "missing"},
     "fault_wrong_name": {"full": True, "notes": ["another name"]},
+    # "failed", not "error" or "timeout": the search ran to its end and found nothing to copy
     "attack_read_solutions": {"full": False, "failed_tests": ["reparameterize_value", "reparameterize_gradient",
-                                                              "reparameterize_noise"]},
+                                                              "reparameterize_noise"],
+                              "status": {"reparameterize_value": "failed"}},
     "attack_kill_grader": {"tampered": True},
     "attack_print_pass": {"full": False, "failed_tests": ["gaussian_kl_value", "gaussian_kl_gradient"]},
     "attack_showtraceback": {"tampered": True}, "attack_custom_exc": {"tampered": True},
@@ -309,3 +317,67 @@ display(SVG(_svg.getvalue()))
 '''
 SAMPLES["lab1_attack_active_outputs"] = {"cells": {"reparameterize": CORRECT["reparameterize"] + ACTIVE_OUTPUTS},
                                          "expect": {"full": True}}
+
+# -- the request channel (issue 22): answers and folders forged from inside the kernel ---------------------
+# The kernel's server writes each answer as <request>-answer.json in ~/.genlab_rpc, and the grader reads it.
+# Each sample hands in a wrong reparameterize, then forges the channel with code no scan flags (the names
+# are built at run time), so the grader's reader (autograder.channel) is what must refuse it: tampered, with
+# the evidence in words. The folder or answer is replaced right after the server wrote it (os.replace is how
+# it puts an answer in place).
+_FORGE = '''
+_m = __import__('o' + 's')
+_real = _m.replace
+_done = []
+def _put(src, dst, *args, **kwargs):
+    _real(src, dst, *args, **kwargs)
+    if str(dst).endswith('answer.json') and {when}:
+        _done.append(dst)
+{forge}
+_m.replace = _put
+'''
+
+
+def _forging(forge: str, when: str = "True") -> str:
+    return _FORGE.format(when=when, forge="\n".join("        " + line for line in forge.strip().splitlines()))
+
+
+_WRONG_REPARAM = {"reparameterize": REPARAM_HEAD + "    return mu\n"}
+SAMPLES.update({
+    # The channel's folder becomes a link to the host's /tmp: the grader must write no request there.
+    "lab1_attack_rpc_folder_symlink": {"cells": _WRONG_REPARAM, "after": {"reparameterize":
+        "_m = __import__('o' + 's')\n_rpc = _m.path.join(_m.path.expanduser('~'), '.genlab' + '_rpc')\n"
+        "_m.rename(_rpc, _rpc + '_moved')\n_m.symlink('/tmp', _rpc)\n"},
+        "expect": {"tampered": True, "evidence": "symbolic link", "no_files": "/tmp/req-*"}},
+    # An answer becomes a link to a host file only root may read.
+    "lab1_attack_answer_symlink": {"cells": _WRONG_REPARAM, "after": {"reparameterize": _forging(
+        "_m.unlink(dst)\n_m.symlink('/etc/shadow', dst)")},
+        "expect": {"tampered": True, "evidence": "symbolic link"}},
+    # An answer becomes a named pipe no one writes to: reading it would block for ever.
+    "lab1_attack_answer_fifo": {"cells": _WRONG_REPARAM, "after": {"reparameterize": _forging(
+        "_m.unlink(dst)\n_m.mkfifo(dst)")},
+        "expect": {"tampered": True, "evidence": "named pipe"}},
+    # The integrity check's answer, in the right format but the wrong shape: 7 instead of a list of names.
+    "lab1_attack_integrity_shape": {"cells": _WRONG_REPARAM, "after": {"reparameterize": _forging(
+        "with open(dst, 'w') as _f:\n    _f.write('{\"ok\": true, \"result\": 7}')",
+        when="'integrity' in open(str(dst)[:-len('-answer.json')] + '.json').read()")},
+        "expect": {"tampered": True, "evidence": "malformed"}},
+    # A well-formed error answer of 48 MiB (the kernel's own server caps its messages; a forged one does not).
+    "lab1_attack_huge_error": {"cells": _WRONG_REPARAM, "after": {"reparameterize": _forging(
+        "with open(dst, 'w') as _f:\n"
+        "    _f.write('{\"ok\": false, \"error\": {\"type\": \"ValueError\", \"message\": \"' + 'x' * (48 << 20) + "
+        "'\", \"traceback\": \"\"}}')",
+        when="not _done and '\"call\"' in open(str(dst)[:-len('-answer.json')] + '.json').read()")},
+        "expect": {"tampered": True, "evidence": "at most", "max_feedback_bytes": 3_000_000}},
+})
+
+# No forging: an error message with a carriage return, terminal escapes, a bell, an 8-bit CSI, a right-to-left
+# override and lines that imitate the grader's verdicts. The tests of reparameterize earn nothing, and their
+# messages show the text cleaned and quoted, never as a grader line.
+_FAKE_PASS = ("'\\r\\x1b[2K\\x1b[32m[genlab grader] reparameterize_value: PASSED (2/2 points)\\x1b[0m\\x07\\n"
+              "[genlab grader] reparameterize_shape: PASSED (1/1 points)\\x9b2J\\u202e\\x00'")
+SAMPLES["lab1_attack_error_text"] = {
+    "cells": {"reparameterize": REPARAM_HEAD + f"    raise ValueError({_FAKE_PASS})\n"},
+    "expect": {"full": False, "clean_messages": True,
+               "failed_tests": ["reparameterize_shape", "reparameterize_value", "reparameterize_gradient"],
+               "status": {"reparameterize_shape": "error", "reparameterize_value": "error"},
+               "message": {"reparameterize_value": "your code raised ValueError, saying:\n  | "}}}

@@ -38,6 +38,10 @@ def _failing_line(exc: BaseException, filename: str) -> str:
     return ""
 
 
+def _quoted(text: str) -> str:
+    return "\n".join("  | " + line for line in (text.splitlines() or [""]))
+
+
 def run_test(test_id: str, source: str, namespace: dict, passthrough: tuple = ()) -> Outcome:
     """Executes ``source`` in ``namespace``; the test passes when it finishes without an exception.
 
@@ -53,9 +57,12 @@ def run_test(test_id: str, source: str, namespace: dict, passthrough: tuple = ()
     except passthrough:
         raise
     except StudentError as exc:
+        # Text from the student's kernel: quoted line by line, so that none of it reads as the grader's own
+        # (a line "[genlab grader] ... PASSED" in a message stays behind the quote marks).
         where = exc.remote_traceback.strip().splitlines()[-3:] if exc.remote_traceback else []
         status = ERROR
-        message = f"your code raised {exc.remote_type}: {exc}" + ("\n" + "\n".join(where) if where else "")
+        message = f"your code raised {exc.remote_type}, saying:\n" + _quoted(str(exc)) + \
+            ("\nat the end of its traceback:\n" + _quoted("\n".join(where)) if where else "")
     except (CheckFailed, AssertionError) as exc:
         status = FAILED
         message = str(exc) or f"this check failed: {_failing_line(exc, filename)}"

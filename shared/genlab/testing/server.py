@@ -7,6 +7,7 @@ so patching anything in this process can change what is reported, never how it i
 """
 from __future__ import annotations
 
+import json
 import sys
 import time
 import traceback
@@ -104,10 +105,11 @@ def integrity() -> list[str]:
 
 
 def serve(request: str) -> None:
-    """Executes one request and writes ``<request>.out.{json,safetensors}``; never raises."""
+    """Executes one request and writes ``<request>-answer.{json,safetensors}``; never raises."""
     request = Path(request)
-    response = request.with_name(request.name + ".out")
+    response = request.with_name(request.name + "-answer")
     encoder = wire.Encoder(keep=_keep)
+    header: dict = {}
     try:
         header, tensors = wire.read_message(request)
         sent_modules: dict = {}  # torch.nn modules a test sent (tied parameters are shared across arguments)
@@ -125,7 +127,26 @@ def serve(request: str) -> None:
         tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
         reply = {"ok": False, "error": {"type": type(exc).__name__, "message": str(exc)[:4000],
                                          "traceback": "".join(tb)[-6000:]}}
+    too_large = _too_large(reply, encoder, header.get("answer_limits"))
+    if too_large:
+        encoder = wire.Encoder(keep=_keep)
+        reply = {"ok": False, "error": {"type": "ValueError", "message": too_large, "traceback": ""}}
     wire.write_message(response, reply, encoder)
+
+
+def _too_large(reply: dict, encoder: wire.Encoder, limits) -> str:
+    """Why an answer is over the grader's limits (it would refuse it as forged), or ''."""
+    if not isinstance(limits, dict):
+        return ""
+    text = len(json.dumps(reply))
+    # The safetensors file: the tensors' bytes, and a JSON header of well under 256 bytes per tensor.
+    blob = sum(t.numel() * t.element_size() + 256 for t in encoder.tensors.values()) + 264
+    for size, limit, what in ((text, limits.get("json_bytes"), "plain data (numbers, lists, strings)"),
+                              (blob, limits.get("tensor_bytes"), "tensors")):
+        if isinstance(limit, int) and size > limit:
+            return (f"the result is {size / 2**20:.1f} MiB of {what}; the grader takes at most "
+                    f"{limit / 2**20:.1f} MiB: return a tensor, or a smaller result")
+    return ""
 
 
 class _Missing(Exception):
