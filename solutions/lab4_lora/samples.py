@@ -112,6 +112,141 @@ SAMPLES: dict[str, dict] = {
         "    delta = torch.matmul(B.float(), A.float()).mul(scaling)\n"
         "    return (weight.float() + delta).to(weight.dtype) if weight.dtype != torch.float64 else weight + delta.double()\n",
     }},
+    # peft's layout: the factors live in nn.Linear layers (self.down, self.up) and lora_A / lora_B name the very same
+    # Parameters, so the module's state_dict lists each factor twice; dropout as an nn.Dropout module
+    "lab4_variant_peft_layout": {"expect": {"full": True}, "cells": {
+        "LoRALinear":
+        "class LoRALinear(nn.Module):\n"
+        "    def __init__(self, base, r, alpha, dropout=0.0, rslora=False):\n"
+        "        super().__init__()\n"
+        "        self.base = base\n"
+        "        for p in base.parameters():\n"
+        "            p.requires_grad = False\n"
+        "        kw = dict(dtype=base.weight.dtype, device=base.weight.device)\n"
+        "        self.down = nn.Linear(base.in_features, r, bias=False, **kw)\n"
+        "        self.up = nn.Linear(r, base.out_features, bias=False, **kw)\n"
+        "        A, B = lora_init(base.in_features, base.out_features, r, **kw)\n"
+        "        with torch.no_grad():\n"
+        "            self.down.weight.copy_(A)\n"
+        "            self.up.weight.copy_(B)\n"
+        "        self.lora_A = self.down.weight   # the same Parameter, registered under a second name\n"
+        "        self.lora_B = self.up.weight\n"
+        "        self.lora_dropout = nn.Dropout(dropout)\n"
+        "        self.scaling = lora_scaling(alpha, r, rslora)\n"
+        "        self.merged = False\n"
+        "\n"
+        "    def forward(self, x):\n"
+        "        out = self.base(x)\n"
+        "        if not self.merged:\n"
+        "            out = out + self.up(self.down(self.lora_dropout(x))) * self.scaling\n"
+        "        return out\n"
+        "\n"
+        "    @torch.no_grad()\n"
+        "    def merge(self):\n"
+        "        if self.merged:\n"
+        "            raise RuntimeError('already merged')\n"
+        "        self.base.weight.copy_(merge_lora(self.base.weight, self.lora_A, self.lora_B, self.scaling))\n"
+        "        self.merged = True\n"
+        "\n"
+        "    @torch.no_grad()\n"
+        "    def unmerge(self):\n"
+        "        if not self.merged:\n"
+        "            raise RuntimeError('not merged')\n"
+        "        self.base.weight.copy_(unmerge_lora(self.base.weight, self.lora_A, self.lora_B, self.scaling))\n"
+        "        self.merged = False\n",
+    }},
+    # add_lora walking named_children recursively with a fully matched, escaped regular expression per key (the list
+    # rule, no string case), freezing everything before replacing, and replacing with register_module
+    "lab4_variant_add_lora_recursive": {"expect": {"full": True}, "cells": {
+        "add_lora":
+        "import re\n"
+        "\n"
+        + ADD_HEAD +
+        "    patterns = [re.compile(r'(.*\\.)?' + re.escape(key)) for key in target_modules]\n"
+        "    model.requires_grad_(False)\n"
+        "    replaced = []\n"
+        "\n"
+        "    def visit(module, prefix):\n"
+        "        for name, child in list(module.named_children()):\n"
+        "            qualified = prefix + name\n"
+        "            if isinstance(child, nn.Linear) and any(p.fullmatch(qualified) for p in patterns):\n"
+        "                module.register_module(name, LoRALinear(child, r, alpha, dropout))\n"
+        "                replaced.append(qualified)\n"
+        "            else:\n"
+        "                visit(child, qualified + '.')\n"
+        "\n"
+        "    visit(model, '')\n"
+        "    if not replaced:\n"
+        "        raise ValueError(f'target_modules={list(target_modules)} matches no nn.Linear of the model')\n"
+        "    return model\n",
+    }},
+    # -- bugs the tests catch that the catalogue does not name (no documented source to cite) ----------------
+    # dropout on the r-wide hidden values x A^T, or on the adapter's output, instead of on the adapter's input
+    "lab4_bug_dropout_on_hidden": {"expect": {"failed_tests": ["lora_forward_dropout", "LoRALinear_dropout"]}, "cells": {
+        "lora_forward": FORWARD_HEAD +
+        "    hidden = F.dropout(F.linear(x, A), dropout_p, training)\n"
+        "    return F.linear(x, weight, bias) + scaling * F.linear(hidden, B)\n",
+    }},
+    "lab4_bug_dropout_on_output": {"expect": {"failed_tests": ["lora_forward_dropout", "LoRALinear_dropout"]}, "cells": {
+        "lora_forward": FORWARD_HEAD +
+        "    update = F.linear(F.linear(x, A), B)\n"
+        "    return F.linear(x, weight, bias) + scaling * F.dropout(update, dropout_p, training)\n",
+    }},
+    # p read as the probability to keep
+    "lab4_bug_dropout_keep_probability": {"expect": {"failed_tests": ["lora_forward_dropout", "LoRALinear_dropout"]},
+                                          "cells": {
+        "lora_forward": FORWARD_HEAD +
+        "    adapter_input = F.dropout(x, 1 - dropout_p, training) if dropout_p > 0 else x\n"
+        "    return F.linear(x, weight, bias) + scaling * F.linear(F.linear(adapter_input, A), B)\n",
+    }},
+    # the merge written into the input: for a float32 weight .to(float32) is the weight itself
+    "lab4_bug_merge_in_place": {"expect": {"failed_tests": ["merge_lora_value"]}, "cells": {
+        "merge_lora": MERGE_HEAD +
+        "    merged = weight.to(torch.promote_types(weight.dtype, torch.float32))\n"
+        "    merged += scaling * (B.to(merged.dtype) @ A.to(merged.dtype))\n"
+        "    return merged.to(weight.dtype)\n",
+    }},
+    # merge() replaces base.weight by a new nn.Parameter (trainable again) instead of writing into it
+    "lab4_bug_merge_unfreezes_base": {"expect": {"failed_tests": ["LoRALinear_merge"]}, "cells": {
+        "LoRALinear":
+        "class LoRALinear(nn.Module):\n"
+        "    def __init__(self, base, r, alpha, dropout=0.0, rslora=False):\n"
+        "        super().__init__()\n"
+        "        self.base = base\n"
+        "        base.requires_grad_(False)\n"
+        "        A, B = lora_init(base.in_features, base.out_features, r, dtype=base.weight.dtype, device=base.weight.device)\n"
+        "        self.lora_A, self.lora_B = nn.Parameter(A), nn.Parameter(B)\n"
+        "        self.scaling = lora_scaling(alpha, r, rslora)\n"
+        "        self.dropout = dropout\n"
+        "        self.merged = False\n"
+        "\n"
+        "    def forward(self, x):\n"
+        "        if self.merged:\n"
+        "            return self.base(x)\n"
+        "        return lora_forward(x, self.base.weight, self.base.bias, self.lora_A, self.lora_B, self.scaling,\n"
+        "                            self.dropout, self.training)\n"
+        "\n"
+        "    def merge(self):\n"
+        "        if self.merged:\n"
+        "            return\n"
+        "        with torch.no_grad():\n"
+        "            self.base.weight = nn.Parameter(merge_lora(self.base.weight, self.lora_A, self.lora_B, self.scaling))\n"
+        "        self.merged = True\n"
+        "\n"
+        "    def unmerge(self):\n"
+        "        if not self.merged:\n"
+        "            return\n"
+        "        with torch.no_grad():\n"
+        "            self.base.weight = nn.Parameter(unmerge_lora(self.base.weight, self.lora_A, self.lora_B, self.scaling))\n"
+        "        self.merged = False\n",
+    }},
+    # buffers (BatchNorm's running statistics) counted as parameters
+    "lab4_bug_count_buffers": {"expect": {"failed_tests": ["count_parameters_value"]}, "cells": {
+        "count_parameters": COUNT_HEAD +
+        "    params = list(model.parameters())\n"
+        "    trainable = sum(p.numel() for p in params if p.requires_grad)\n"
+        "    return trainable, sum(p.numel() for p in params) + sum(b.numel() for b in model.buffers())\n",
+    }},
     # -- one per catalogued bug ---------------------------------------------------------------------------
     "lab4_bug_random_b_init": {"cells": {"lora_init": bug_cell(LAB, "random_b_init")},
                                "expect": {"bug": "random_b_init", "function": "lora_init"}},

@@ -81,6 +81,92 @@ SAMPLES: dict[str, dict] = {
         "    slope, intercept = np.polyfit(1.0 / np.asarray(sizes, dtype=np.float64), np.asarray(values), 1)\n"
         "    return torch.tensor(intercept, dtype=torch.float64), torch.tensor(slope, dtype=torch.float64)\n",
     }},
+    # extract_features as the @torch.no_grad() decorator, eval() inside try/finally, slices of the images
+    "lab5_variant_features_decorator": {"expect": {"full": True}, "cells": {
+        "extract_features":
+        "@torch.no_grad()\n"
+        + EXTRACT_HEAD +
+        "    was_training = model.training\n"
+        "    try:\n"
+        "        model.eval()\n"
+        "        parts = []\n"
+        "        for start in range(0, images.shape[0], batch_size):\n"
+        "            parts.append(torch.flatten(model(images[start:start + batch_size]), start_dim=1))\n"
+        "        return torch.cat(parts, dim=0)\n"
+        "    finally:\n"
+        "        model.train(was_training)\n",
+    }},
+    # torch.inference_mode, the batches collected as numpy arrays and joined with np.concatenate
+    "lab5_variant_features_numpy": {"expect": {"full": True}, "cells": {
+        "extract_features": EXTRACT_HEAD +
+        "    mode = model.training\n"
+        "    model.eval()\n"
+        "    collected = []\n"
+        "    with torch.inference_mode():\n"
+        "        for batch in torch.split(images, batch_size):\n"
+        "            collected.append(model(batch).reshape(batch.shape[0], -1).cpu().numpy())\n"
+        "    model.train(mode)\n"
+        "    return torch.from_numpy(np.concatenate(collected, axis=0))\n",
+    }},
+    # features returned in float64, as the lab's other functions return their results
+    "lab5_variant_features_float64": {"expect": {"full": True}, "cells": {
+        "extract_features": EXTRACT_HEAD +
+        "    was_training = model.training\n"
+        "    model.eval()\n"
+        "    with torch.no_grad():\n"
+        "        features = torch.cat([model(chunk).flatten(1).to(torch.float64) for chunk in images.split(batch_size)])\n"
+        "    model.train(was_training)\n"
+        "    return features\n",
+    }},
+    # -- bugs the tests catch that the catalogue does not name (no documented source to cite) ----------------
+    # the variance of the subsets' values returned where the spec asks for their standard deviation
+    "lab5_bug_kid_variance": {"expect": {"failed_tests": ["kid_torchmetrics"]}, "cells": {
+        "kid": KID_HEAD +
+        "    x, y = real_features.double(), fake_features.double()\n"
+        "    m = subset_size\n"
+        "    if m > x.shape[0] or m > y.shape[0]:\n"
+        "        raise ValueError('subset_size exceeds a feature set')\n"
+        "    d = x.shape[1]\n"
+        "    values = []\n"
+        "    for _ in range(subsets):\n"
+        "        a = x[torch.randperm(x.shape[0], generator=generator)[:m]]\n"
+        "        b = y[torch.randperm(y.shape[0], generator=generator)[:m]]\n"
+        "        kxx, kyy, kxy = (a @ a.T / d + 1) ** 3, (b @ b.T / d + 1) ** 3, (a @ b.T / d + 1) ** 3\n"
+        "        within = (kxx.sum() - kxx.diagonal().sum() + kyy.sum() - kyy.diagonal().sum()) / (m * (m - 1))\n"
+        "        values.append(within - 2 * kxy.mean())\n"
+        "    values = torch.stack(values)\n"
+        "    return values.mean(), values.var(unbiased=False)\n",
+    }},
+    # subset_size checked against the fake features only
+    "lab5_bug_kid_checks_one_side": {"expect": {"failed_tests": ["kid_errors"]}, "cells": {
+        "kid": KID_HEAD +
+        "    x, y = real_features.double(), fake_features.double()\n"
+        "    m = subset_size\n"
+        "    if m > y.shape[0]:\n"
+        "        raise ValueError(f'subset_size {m} exceeds the {y.shape[0]} fake features')\n"
+        "    d = x.shape[1]\n"
+        "    values = []\n"
+        "    for _ in range(subsets):\n"
+        "        a = x[torch.randperm(x.shape[0], generator=generator)[:m]]\n"
+        "        b = y[torch.randperm(y.shape[0], generator=generator)[:m]]\n"
+        "        kxx, kyy, kxy = (a @ a.T / d + 1) ** 3, (b @ b.T / d + 1) ** 3, (a @ b.T / d + 1) ** 3\n"
+        "        within = (kxx.sum() - kxx.diagonal().sum() + kyy.sum() - kyy.diagonal().sum()) / (m * (m - 1))\n"
+        "        values.append(within - 2 * kxy.mean())\n"
+        "    values = torch.stack(values)\n"
+        "    return values.mean(), values.std(unbiased=False)\n",
+    }},
+    # the first N fake features taken as the subset of size N, not a random subset
+    "lab5_bug_fid_infinity_prefix": {"expect": {"failed_tests": ["fid_infinity_value"]}, "cells": {
+        "fid_infinity": FIDINF_HEAD +
+        "    mu_r, sigma_r = feature_stats(real_features)\n"
+        "    fake = fake_features.to(torch.float64)\n"
+        "    sizes = [int(n) for n in sizes]\n"
+        "    fids = torch.stack([frechet_distance(mu_r, sigma_r, *feature_stats(fake[:n])) for n in sizes])\n"
+        "    design = torch.stack([torch.ones(len(sizes), dtype=torch.float64),\n"
+        "                          1.0 / torch.tensor(sizes, dtype=torch.float64)], dim=1)\n"
+        "    intercept, slope = torch.linalg.lstsq(design, fids[:, None]).solution[:, 0]\n"
+        "    return intercept, slope\n",
+    }},
 }
 
 BUG_SAMPLES = {
