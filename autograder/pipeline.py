@@ -211,11 +211,18 @@ def scan(g: Grading) -> None:
 
 
 def start_kernel(g: Grading) -> None:
+    if g.evidence:  # the scan already proved tampering: every test is tampered, whatever the code would do
+        return
     g.session = g.start_kernel()
 
 
 def run_cells(g: Grading) -> None:
     """Each code cell in order: student and needed cells in the kernel, test cells here, the rest skipped."""
+    if g.session is None:
+        # Running code that is known to patch the grader gains nothing (no verdict can change) and costs a
+        # kernel and every test: about 9 s of CPU per notebook.
+        g.notes.append("not run: the scan of your cells found code that interferes with the grader (below)")
+        return
     g.test_globals = g.lab.test_globals()
     for index, cell in enumerate(g.assembled.nb.cells):
         if cell.cell_type != "code":
