@@ -106,24 +106,40 @@ def jupyter_lab(tmp_path_factory) -> JupyterLab:
         log.close()
 
 
+def shared_folder(tmp_path_factory, name: str) -> Path:
+    """A folder that every pytest-xdist worker of this run sees under the same name (the workers' base
+    temporary folders share a parent); without xdist, one in this run's base folder."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / name
+
+
 @pytest.fixture(scope="session")
 def graded_class(tmp_path_factory) -> Path:
     """A few Lab 1 samples graded through the command line (``genlab grade``), and the class report written
-    from the output: what tests/test_class_report.py checks and tests/test_browser.py opens in the browser."""
-    base = tmp_path_factory.mktemp("graded")
+    from the output: what tests/test_class_report.py checks and tests/test_browser.py opens in the browser.
+    Graded once per run, whichever worker asks first (a file lock): the two files often run on different
+    pytest workers, which each graded the class again."""
+    from filelock import FileLock
+
+    base = shared_folder(tmp_path_factory, "graded-class")
     submissions, out = base / "submitted", base / "out"
-    for student in GRADED:
-        shutil.copytree(ROOT / "autograder" / "samples" / student / "lab1_vae", submissions / student / "lab1_vae")
-    # a student name a page must escape, not run
-    shutil.copytree(ROOT / "autograder" / "samples" / "reference" / "lab1_vae",
-                    submissions / "<img src=x onerror=alert(1)>" / "lab1_vae")
-    cmd = [sys.executable, "-m", "autograder.cli", "--root", str(ROOT), "grade", str(submissions), "--out", str(out),
-           "--workers", "2", "--lab", "lab1_vae", "--cell-timeout", "60"]
-    if shutil.which("bwrap") is None:
-        cmd.append("--unsafe")  # these are the course's own samples; the sandbox has tests of its own
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert (out / "class-report.html").exists(), "genlab grade writes the class report"
+    with FileLock(str(base) + ".lock"):
+        if (base / "done").exists():
+            return out
+        shutil.rmtree(base, ignore_errors=True)
+        for student in GRADED:
+            shutil.copytree(ROOT / "autograder" / "samples" / student / "lab1_vae", submissions / student / "lab1_vae")
+        # a student name a page must escape, not run
+        shutil.copytree(ROOT / "autograder" / "samples" / "reference" / "lab1_vae",
+                        submissions / "<img src=x onerror=alert(1)>" / "lab1_vae")
+        cmd = [sys.executable, "-m", "autograder.cli", "--root", str(ROOT), "grade", str(submissions), "--out",
+               str(out), "--workers", "2", "--lab", "lab1_vae", "--cell-timeout", "60"]
+        if shutil.which("bwrap") is None:
+            cmd.append("--unsafe")  # these are the course's own samples; the sandbox has tests of its own
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=ROOT)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert (out / "class-report.html").exists(), "genlab grade writes the class report"
+        (base / "done").write_text("graded\n")
     return out
 
 
