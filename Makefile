@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.genlab-installed
 
-.PHONY: venv demo demo-all test test-equivalence lab release outputs samples clean
+.PHONY: venv demo demo-all test test-equivalence lab release outputs samples clean audit
 
 $(STAMP): requirements/ci.txt pyproject.toml
 	bash .ci/system-deps.sh
@@ -44,6 +44,10 @@ test: venv  ## the whole suite: unit tests, grading of the samples, browser and 
 test-equivalence: venv  ## every sample graded in both modes (default and --full-run): identical grades (~30 min)
 	GENLAB_EQUIVALENCE=all OMP_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider \
 		tests/test_grading.py -k full_run
+
+# Mutation audit of every lab's own tests (README: "Auditing a lab's tests"); ARGS=--max-mutants 20 for a quick look.
+audit: venv  ## which small bugs in each reference solution do the lab's tests let through? writes out/audit.json
+	OMP_NUM_THREADS=1 $(VENV)/bin/genlab audit all --quiet --json out/audit.json $(ARGS)
 
 lab: venv  ## JupyterLab on the student notebooks
 	$(VENV)/bin/jupyter lab labs/

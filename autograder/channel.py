@@ -355,7 +355,7 @@ def check_reply(reply, tensors: dict[str, torch.Tensor], kind: str) -> dict:
         if type(result) is not list or len(result) > 1000 or not all(
                 type(n) is str and _WATCHED_NAME.fullmatch(n) for n in result):
             raise _malformed("the integrity check's answer is not a list of watched names")
-    elif kind == "timed_loop":
+    elif kind in ("timed_loop", "timed_prepare"):
         if result is not None:
             raise _malformed("a timed loop's answer carries a result")
     else:

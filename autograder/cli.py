@@ -1,4 +1,4 @@
-"""The ``genlab`` command line: ``doctor`` and ``check`` (students) and ``release`` and ``grade`` (instructors).
+"""The ``genlab`` command line: ``doctor`` and ``check`` (students) and ``release``, ``grade`` and ``audit`` (instructors).
 
 This dispatcher lives on the grader's side so that trust flows one way: it hands ``doctor`` and ``check``
 to the student package (:mod:`genlab`), which never imports the grader, and ``release`` and ``grade`` to
@@ -71,6 +71,38 @@ def cmd_grade(args) -> int:
     return 0
 
 
+def cmd_audit(args) -> int:
+    from autograder.audit import audit_lab, details, table, write_json
+    from autograder.labs import lab_ids
+
+    root = _root(args)
+    labs = lab_ids(root) if args.lab == "all" else [args.lab]
+    if args.lab != "all" and args.lab not in lab_ids(root):
+        print(f"genlab audit: no lab {args.lab} under {root / 'solutions'}", file=sys.stderr)
+        return 2
+
+    def progress(m):
+        if not args.quiet:
+            print(f"  mutant {m.index:3d} {m.status:20s} {m.operator}: {m.description}"
+                  + (f" [{m.killed_by}]" if m.killed_by else ""), file=sys.stderr, flush=True)
+
+    reports = []
+    for lab in labs:
+        try:
+            reports += audit_lab(root, lab, args.function or None, args.max_mutants, args.test_timeout, progress)
+        except KeyError as exc:
+            print(f"genlab audit: {exc.args[0]}", file=sys.stderr)
+            return 2
+    print(table(reports))
+    extra = details(reports)
+    if extra:
+        print(extra)
+    if args.json:
+        write_json(reports, Path(args.json))
+        print(f"\nreport: {Path(args.json).resolve()}")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="genlab", description=__doc__.split("\n")[0])
     parser.add_argument("--root", help="course folder (default: the nearest folder with solutions/ or labs/)")
@@ -107,6 +139,17 @@ def main(argv=None) -> int:
     p.add_argument("--shard", default="0/1", help="I/N: grade only shard I of N of the students")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_grade)
+
+    p = sub.add_parser("audit", help="mutation audit of a lab's own tests: which small bugs in the reference "
+                                     "do they let through?")
+    p.add_argument("lab", help="the lab id, or `all`")
+    p.add_argument("--function", action="append", help="only this graded function (repeatable)")
+    p.add_argument("--max-mutants", type=int, default=None, help="at most N mutants per function, evenly spread")
+    p.add_argument("--test-timeout", type=float, default=20.0,
+                   help="seconds per test and mutant at least (10x the reference's time when longer)")
+    p.add_argument("--json", help="write the full report (every mutant, with its diff) here")
+    p.add_argument("--quiet", action="store_true", help="no line per mutant on stderr")
+    p.set_defaults(func=cmd_audit)
 
     args = parser.parse_args(argv)
     return args.func(args)

@@ -47,6 +47,8 @@ def test_a_slow_function_stays_slow_when_the_machine_slows_most_of_the_reference
             self.per_call, self.student = per_call, student
 
         def request(self, header, encoder):
+            if header["kind"] == "timed_prepare":  # the inputs of the loop to come, made before its clock starts
+                return {"ok": True}, None
             slow = 1.0
             if self.student and not bursts:
                 bursts.extend([30.0, 30.0, 1.0, 30.0, 1.0, 30.0])

@@ -381,3 +381,39 @@ SAMPLES["lab1_attack_error_text"] = {
                "failed_tests": ["reparameterize_shape", "reparameterize_value", "reparameterize_gradient"],
                "status": {"reparameterize_shape": "error", "reparameterize_value": "error"},
                "message": {"reparameterize_value": "your code raised ValueError, saying:\n  | "}}}
+
+# -- measurements made in the student's kernel (issue 22): each a reparameterize wrong in exactly what the test
+# measures, plus a trick that hid it while the kernel's server measured it with the same objects or frames.
+# A Python loop over the batch (about 100x the reference's time), with a cache keyed on the ids of its inputs
+# (kept alive, so an id is never reused): the timed loop once called it n times with the same tensors, so calls
+# 2..n cost a dict lookup. Each timed call now gets its own copy, so every call runs the loop.
+_LOOP = ("    if eps is None:\n        eps = torch.randn_like(mu)\n"
+         "    z = torch.stack([mu[i] + torch.exp(0.5 * logvar[i]) * eps[i] for i in range(mu.shape[0])])\n")
+SAMPLES["lab1_attack_timing_cache"] = {"cells": {"reparameterize": "_seen = {}\n\n" + REPARAM_HEAD +
+    "    key = (id(mu), id(logvar), id(eps))\n    if key in _seen:\n        return _seen[key][0]\n" + _LOOP +
+    "    _seen[key] = (z, mu, logvar, eps)\n    return z\n"},
+    "expect": {"full": False, "failed_tests": ["reparameterize_performance"],
+               "status": {"reparameterize_value": "passed", "reparameterize_gradient": "passed"}}}
+# The same loop, cached on the inputs' values (a few sums, far cheaper than the loop): copies with equal values,
+# or the same copies in every loop, would hit it, so each copy is scaled by its own factor within 1 - 2**-7.
+# (It leaves inputs that need a gradient alone: a cached sample would not be connected to their graph.)
+SAMPLES["lab1_attack_timing_value_cache"] = {"cells": {"reparameterize": "_seen = {}\n\n" + REPARAM_HEAD +
+    "    if eps is None or mu.requires_grad:\n        key = None\n    else:\n"
+    "        key = (tuple(mu.shape), float(mu.sum()), float(logvar.sum()), float(eps.sum()))\n"
+    "    if key is not None and key in _seen:\n        return _seen[key]\n" + _LOOP +
+    "    if key is not None:\n        _seen[key] = z\n    return z\n"},
+    "expect": {"full": False, "failed_tests": ["reparameterize_performance"],
+               "status": {"reparameterize_value": "passed", "reparameterize_gradient": "passed"}}}
+# Cuts the graph (the encoder of the lab's VAE learns nothing), except when a caller's frame is genlab's grad_of:
+# the kernel's server once called the function from inside grad_of for a gradient request. Plain and gradient
+# calls now come through the same frames, so the gradient test sees the cut.
+SAMPLES["lab1_attack_grad_frame"] = {"cells": {"reparameterize": "import inspect\n\n" + REPARAM_HEAD +
+    "    if eps is None:\n        eps = torch.randn_like(mu)\n    z = mu + torch.exp(0.5 * logvar) * eps\n"
+    "    f = inspect.currentframe()\n"
+    "    while f is not None:\n"
+    "        if f.f_code.co_name == 'grad_of' or f.f_code.co_filename.endswith('gradients.py'):\n"
+    "            return z\n"
+    "        f = f.f_back\n"
+    "    return z.detach()\n"},
+    "expect": {"full": False, "failed_tests": ["reparameterize_gradient"],
+               "status": {"reparameterize_value": "passed", "reparameterize_shape": "passed"}}}

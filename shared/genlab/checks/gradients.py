@@ -48,6 +48,19 @@ def grad_of(fn: Callable[..., Any], *args: Any, wrt: Union[int, Iterable[int]] =
     if measure is not None:  # fn is a proxy: the function runs, and is measured, elsewhere
         return measure("grad_of", args, {"wrt": wrt, "grad_output": grad_output, **kwargs})
 
+    args, leaves = grad_inputs(args, wrt)
+    # enable_grad: the grader may call us under torch.no_grad() / inference_mode.
+    with torch.enable_grad():
+        result = fn(*args, **kwargs)
+    return grads_from(result, leaves, grad_output)
+
+
+def grad_inputs(args: Sequence[Any], wrt: Union[int, Iterable[int]] = (0,)) -> tuple[tuple, list[torch.Tensor]]:
+    """The arguments of a gradient call, and the leaves its gradients are taken for (one per `wrt` position).
+
+    Each differentiated argument is a fresh leaf (the caller's tensor is never marked ``requires_grad`` or
+    given a ``.grad``), passed on as a copy of it: an activation inside a graph, as in training, not a leaf.
+    """
     positions = (wrt,) if isinstance(wrt, int) else tuple(wrt)
     args = list(args)
     leaves = []
@@ -55,14 +68,16 @@ def grad_of(fn: Callable[..., Any], *args: Any, wrt: Union[int, Iterable[int]] =
         if not (isinstance(args[i], torch.Tensor) and (args[i].is_floating_point() or args[i].is_complex())):
             raise TypeError(f"grad_of: argument {i} must be a floating-point tensor to differentiate, "
                             f"got {type_name(args[i])}")
-        # A detached copy: the gradient belongs to this check, not to the caller's tensor.
-        args[i] = args[i].detach().clone().requires_grad_(True)
-        leaves.append(args[i])
+        leaf = args[i].detach().clone().requires_grad_(True)
+        with torch.enable_grad():
+            args[i] = leaf.clone()
+        leaves.append(leaf)
+    return tuple(args), leaves
 
-    # enable_grad: the grader may call us under torch.no_grad() / inference_mode.
-    with torch.enable_grad():
-        result = fn(*args, **kwargs)
 
+def grads_from(result: Any, leaves: Sequence[torch.Tensor],
+               grad_output: GradOutput = None) -> tuple[Optional[torch.Tensor], ...]:
+    """The gradients of ``sum(result * grad_output)`` w.r.t. `leaves` (see :func:`grad_of`)."""
     outputs = [result] if isinstance(result, torch.Tensor) else result
     if not (isinstance(outputs, (tuple, list)) and outputs and all(isinstance(o, torch.Tensor) for o in outputs)):
         raise CheckFailed(f"expected the function to return a tensor (or a tuple of tensors), "
@@ -74,7 +89,7 @@ def grad_of(fn: Callable[..., Any], *args: Any, wrt: Union[int, Iterable[int]] =
         raise CheckFailed("the output is not connected to the inputs' graph: did you call .detach(), "
                           ".item(), torch.normal, or numpy? Keep every step in differentiable torch ops "
                           "(for sampling, use the reparameterization mu + std * torch.randn_like(std))")
-    grads = torch.autograd.grad([o for o, _ in connected], leaves,
+    grads = torch.autograd.grad([o for o, _ in connected], list(leaves),
                                 grad_outputs=[w for _, w in connected], allow_unused=True)
     return tuple(grads)
 

@@ -41,7 +41,8 @@ def _watched() -> dict[str, object]:
         "torch.allclose": torch.allclose, "torch.equal": torch.equal, "torch.isclose": torch.isclose,
         "torch.testing.assert_close": torch.testing.assert_close,
         "torch.Tensor.__eq__": torch.Tensor.__eq__, "torch.Tensor.detach": torch.Tensor.detach,
-        "torch.Tensor.cpu": torch.Tensor.cpu, "torch.randn_like": torch.randn_like, "torch.randn": torch.randn,
+        "torch.Tensor.cpu": torch.Tensor.cpu, "torch.Tensor.clone": torch.Tensor.clone,
+        "torch.Tensor.mul_": torch.Tensor.mul_, "torch.randn_like": torch.randn_like, "torch.randn": torch.randn,
         "FlopCounterMode.__exit__": FlopCounterMode.__exit__,
         "time.perf_counter": time.perf_counter, "time.time": time.time, "time.monotonic": time.monotonic,
         "sys.settrace": sys.gettrace(),
@@ -50,6 +51,13 @@ def _watched() -> dict[str, object]:
     for name in ("grad_of", "peak_memory", "count_flops", "check_close", "check_shape", "time_ratio"):
         if hasattr(checks, name):
             watched[f"genlab.checks.{name}"] = getattr(checks, name)
+    from genlab.checks import gradients
+
+    for name in ("grad_inputs", "grads_from"):  # what a gradient request runs, around the student's call
+        watched[f"genlab.checks.gradients.{name}"] = getattr(gradients, name)
+    this = sys.modules[__name__]
+    for name in ("_run", "_call", "_calls", "_copies"):  # how calls, gradient calls and timed loops are made
+        watched[f"genlab.testing.server.{name}"] = getattr(this, name)
     # The CUDA API exists on CPU builds too; a notebook that fakes it is tampering even where it is unused.
     for name in ("Event.elapsed_time", "Event.record", "Event.synchronize", "synchronize", "max_memory_allocated",
                  "reset_peak_memory_stats"):
@@ -180,22 +188,88 @@ def _run(header: dict, args, kwargs):
     kind = header["kind"]
     if kind == "integrity":
         return integrity()
+    if kind == "timed_prepare":  # untimed: the grader's clock starts with the timed_loop request after it
+        _prepared[:] = _copies(args, kwargs, int(header["n"]), float(header.get("offset", 0.0)))
+        return None
     fn = _target(header)
     if kind == "exists":
         return type(fn).__name__
     if kind == "getattr":
         return fn
-    if kind == "call":
-        return fn(*args, **kwargs)
-    if kind == "grad_of":
-        return checks.grad_of(fn, *args, **kwargs)
+    if kind in ("call", "grad_of", "timed_loop"):
+        # One path for plain calls, gradient calls and timed calls: the function is called by `_call`, called
+        # here with the same locals, under the same grad mode, so its callers' frames do not say which it is.
+        calls, finish = _calls(kind, header, args, kwargs)
+        result = None
+        for args, kwargs in calls:
+            result = _call(fn, args, kwargs)
+        return finish(result)
     if kind == "peak_memory":
         return checks.peak_memory(fn, *args, **kwargs)
     if kind == "count_flops":
         return checks.count_flops(fn, *args, **kwargs)
-    if kind == "timed_loop":
-        # The grader times this request from outside the kernel; the loop only does the work.
-        for _ in range(int(header["n"])):
-            fn(*args, **kwargs)
-        return None
     raise ValueError(f"unknown request kind {kind!r}")
+
+
+def _call(fn, args, kwargs):
+    import torch
+
+    with torch.enable_grad():  # what grad_of does; plain calls get it too, so is_grad_enabled() tells nothing
+        return fn(*args, **kwargs)
+
+
+def _calls(kind: str, header: dict, args, kwargs):
+    """The calls a request makes, as (args, kwargs) pairs, and what turns the last result into the answer."""
+    if kind == "call":
+        return [(args, kwargs)], lambda result: result
+    if kind == "timed_loop":
+        # The grader times this request from outside the kernel; the loop only does the work, each call on
+        # its own inputs, made by the timed_prepare request before it.
+        calls = list(_prepared)
+        _prepared.clear()
+        if len(calls) != int(header["n"]):
+            raise RuntimeError(f"the timed loop needs {header['n']} prepared calls, found {len(calls)}")
+        return calls, lambda result: None
+    from genlab.checks import gradients
+
+    kwargs = dict(kwargs)
+    wrt, grad_output = kwargs.pop("wrt", (0,)), kwargs.pop("grad_output", None)
+    args, leaves = gradients.grad_inputs(args, wrt)
+    return [(args, kwargs)], lambda result: gradients.grads_from(result, leaves, grad_output)
+
+
+# The inputs of the next timed loop, one (args, kwargs) per call (see _copies).
+_prepared: list = []
+
+# Timed float32 and float64 inputs are scaled per call by a factor in [1 - _PERTURB_SPAN, 1]; coarser dtypes
+# (float16, bfloat16) are only copied: within their precision so small a change would leave most values equal.
+_PERTURB_DTYPES = ("torch.float32", "torch.float64")
+_PERTURB_SPAN = 2.0 ** -7
+_GOLDEN = 0.6180339887498949  # successive multiples, mod 1, spread evenly over [0, 1)
+
+
+def _copies(args, kwargs, n: int, offset: float = 0.0) -> list:
+    """n calls' inputs for a timed loop: every tensor copied into its own storage, and a float32 or float64 one
+    scaled by ``1 - 2**-7 * ((offset + k * 0.618...) mod 1)`` for copy k, where the grader draws ``offset`` at
+    random for each loop: copies of one loop differ from each other (scales at least 18 float32 units in the last
+    place apart in loops of up to 2000 calls, 7 up to 5000) and from the inputs sent, and loops from each other. So no
+    cache keyed on the inputs' ids or storage can answer a call from an earlier one, nor can one keyed on their
+    values except by chance (float16 and bfloat16 copies have equal values). Both kernels copy alike (the same
+    scales for the same offset), so the race stays fair."""
+    import torch
+    from torch.utils._pytree import tree_map
+
+    def copy(k):
+        scale = 1.0 - _PERTURB_SPAN * ((offset + k * _GOLDEN) % 1.0)
+
+        def one(t):
+            if not isinstance(t, torch.Tensor):
+                return t
+            with torch.no_grad():
+                c = t.clone()
+                if str(t.dtype) in _PERTURB_DTYPES and scale != 1.0:
+                    c.mul_(scale)
+            return c.requires_grad_(t.requires_grad)
+        return one
+
+    return [tree_map(copy(k), (tuple(args), dict(kwargs))) for k in range(n)]
