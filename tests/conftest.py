@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import grading_run
 import phases
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,7 +137,7 @@ def graded_class(tmp_path_factory) -> Path:
                str(out), "--workers", "2", "--lab", "lab1_vae", "--cell-timeout", "60"]
         if shutil.which("bwrap") is None:
             cmd.append("--unsafe")  # these are the course's own samples; the sandbox has tests of its own
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=ROOT)
+        done = grading_run.run(cmd, timeout=1200, cwd=ROOT)
         assert done.returncode == 0, done.stderr[-3000:]
         assert (out / "class-report.html").exists(), "genlab grade writes the class report"
         (base / "done").write_text("graded\n")

@@ -18,6 +18,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+import grading_run
+
 from autograder import cgroups
 from autograder.labs import discover
 from genlab.testing.notebook import LabNotebook, grade_id, is_test
@@ -49,7 +51,7 @@ def graded(tmp_path_factory):
     before = _fingerprint(ROOT / "autograder" / "samples"), _fingerprint(ROOT / "solutions")
     cmd = [sys.executable, "-m", "autograder.cli", "--root", str(ROOT), "grade", str(ROOT / "autograder" / "samples"),
            "--out", str(out), "--workers", "2", "--cell-timeout", "60", "--test-timeout", "20", "--quiet"]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=GRADING_TIMEOUT_S)
+    run = grading_run.run(cmd, timeout=GRADING_TIMEOUT_S)
     assert run.returncode == 0, run.stderr[-3000:]
     rows = defaultdict(dict)
     with (out / "grades.csv").open() as f:
@@ -262,7 +264,7 @@ def graded_full_run(tmp_path_factory):
             shutil.copytree(folder, subs / sample, symlinks=True, dirs_exist_ok=True)
     cmd = [sys.executable, "-m", "autograder.cli", "--root", str(ROOT), "grade", str(subs), "--out", str(out),
            "--workers", "2", "--cell-timeout", "60", "--test-timeout", "20", "--quiet", "--full-run"]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=GRADING_TIMEOUT_S)
+    run = grading_run.run(cmd, timeout=GRADING_TIMEOUT_S)
     assert run.returncode == 0, run.stderr[-3000:]
     with (out / "grades.csv").open() as f:
         return {(r["student"], r["lab"], r["test"]): r for r in csv.DictReader(f)}, \
@@ -317,7 +319,7 @@ def test_a_solution_reading_a_skipped_cells_global_gets_the_full_run(tmp_path):
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "autograder.cli", "--root", str(ROOT), "grade", str(tmp_path / "subs"), "--out",
            str(out), "--quiet", "--cell-timeout", "60"]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    run = grading_run.run(cmd, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads((out / "results.json").read_text())[0]
     own = [t for t in result["tests"] if TESTS[LAB][t["test"]]["function"] == function]

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+import grading_run
+
 from autograder.grade import in_shard, parse_shard
 from genlab.testing.notebook import LabNotebook
 
@@ -33,9 +35,8 @@ def test_shard_argument_is_checked():
 
 
 def _grade(subs: Path, out: Path, *extra) -> dict:
-    run = subprocess.run([sys.executable, "-m", "autograder.cli", "--root", str(ROOT), "grade", str(subs), "--out",
-                          str(out), "--cell-timeout", "30", "--lab", "lab1_vae", *extra],
-                         capture_output=True, text=True, timeout=900)
+    run = grading_run.run([sys.executable, "-m", "autograder.cli", "--root", str(ROOT), "grade", str(subs), "--out",
+                           str(out), "--cell-timeout", "30", "--lab", "lab1_vae", *extra], timeout=900)
     assert run.returncode == 0, run.stderr[-2000:]
     with (out / "grades.csv").open() as f:
         return {(r["student"], r["test"]): (r["score"], r["status"], r["diagnosis"]) for r in csv.DictReader(f)}, \
