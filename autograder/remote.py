@@ -52,7 +52,7 @@ class _BoundMethod:
 
 def _request(session, recorder: Recorder, kind: str, name: str, args, kwargs, target: dict, **extra):
     encoder = wire.Encoder()
-    header = {"kind": kind, **target, **extra,
+    header = {"kind": kind, **target, **extra, "default_dtype": wire.default_dtype_name(),
               "args": encoder.encode(tuple(args)), "kwargs": encoder.encode(dict(kwargs))}
     call = Call(kind, name, detached(tuple(args)), detached(dict(kwargs)))  # the arguments as they were sent
     # The reply is checked (autograder.channel.check_reply): its fields have the types used here, and the

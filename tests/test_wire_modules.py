@@ -129,3 +129,34 @@ def test_a_call_in_this_process_lists_its_modules_in_the_order_the_wire_sends_th
     encoder = wire.Encoder()
     header = {"args": encoder.encode(args), "kwargs": encoder.encode(kwargs)}
     assert wire.modules_in((args, kwargs)) == wire.call_modules(header, args, kwargs) == [a, b, c]
+
+
+# -- generators and the default dtype (what lets a test check `generator=` and `dtype=None` in the kernel) ----
+def test_a_generator_travels_as_its_state_and_only_towards_the_kernel():
+    g = torch.Generator().manual_seed(7)
+    encoder = wire.Encoder()
+    tree = encoder.encode((g,))
+    (rebuilt,) = wire.decode(tree, encoder.tensors, modules={})
+    assert rebuilt is not g and torch.equal(torch.rand(5, generator=rebuilt), torch.rand(5, generator=g))
+    with pytest.raises(ValueError, match="generator"):  # never rebuilt from what a kernel sends back
+        wire.decode(tree, encoder.tensors)
+
+
+def test_a_recorded_generator_replays_what_the_call_drew():
+    from genlab.testing.calls import detached
+
+    g = torch.Generator().manual_seed(3)
+    kept = detached(g)
+    first = torch.rand(4, generator=g)
+    assert torch.equal(torch.rand(4, generator=detached(kept)), first)
+    assert torch.equal(torch.rand(4, generator=detached(kept)), first), "each replay starts from the call's state"
+
+
+def test_the_default_dtype_is_applied_for_the_block_only():
+    before = torch.get_default_dtype()
+    with wire.default_dtype("float64"):
+        assert torch.empty(1).dtype == torch.float64
+    assert torch.get_default_dtype() == before
+    with pytest.raises(ValueError):
+        with wire.default_dtype("int64"):
+            pass

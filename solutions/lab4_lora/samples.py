@@ -272,3 +272,16 @@ DEPENDS = {
     "add_lora": ["LoRALinear", *_CORE],
     "count_parameters": ["add_lora", "LoRALinear", *_CORE],
 }
+
+# -- the arguments that decide the draw and the dtype (the kernel now gets the test's generator and default dtype)
+SAMPLES["lab4_bug_generator_ignored"] = {"expect": {"failed_tests": ["lora_init_values"]}, "cells": {
+    "lora_init": INIT_HEAD +
+    "    bound = 1.0 / math.sqrt(in_features)\n"
+    "    A = torch.empty(r, in_features, dtype=dtype, device=device).uniform_(-bound, bound)  # generator dropped\n"
+    "    return A, torch.zeros(out_features, r, dtype=dtype, device=device)\n"}}
+SAMPLES["lab4_bug_dtype_none_as_float32"] = {"expect": {"failed_tests": ["lora_init_shape"]}, "cells": {
+    "lora_init": INIT_HEAD +
+    "    dtype = dtype or torch.float32  # torch's default dtype need not be float32\n"
+    "    bound = 1.0 / math.sqrt(in_features)\n"
+    "    A = torch.empty(r, in_features, dtype=dtype, device=device).uniform_(-bound, bound, generator=generator)\n"
+    "    return A, torch.zeros(out_features, r, dtype=dtype, device=device)\n"}}

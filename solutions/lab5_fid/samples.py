@@ -186,3 +186,21 @@ DEPENDS = {
     "fid": ["feature_stats", "trace_sqrt_product", "frechet_distance"],
     "fid_infinity": ["feature_stats", "trace_sqrt_product", "frechet_distance"],
 }
+
+# subsets drawn from the global generator: `generator` ignored, so a seeded KID is not reproducible
+SAMPLES["lab5_bug_kid_generator_ignored"] = {"expect": {"failed_tests": ["kid_value"]}, "cells": {
+    "kid": KID_HEAD +
+    "    x, y = real_features.double(), fake_features.double()\n"
+    "    m = subset_size\n"
+    "    if m > x.shape[0] or m > y.shape[0] or m < 2:\n"
+    "        raise ValueError('subset_size must be between 2 and the size of each set')\n"
+    "    d = x.shape[1]\n"
+    "    values = []\n"
+    "    for _ in range(subsets):\n"
+    "        a = x[torch.randperm(x.shape[0])[:m]]\n"
+    "        b = y[torch.randperm(y.shape[0])[:m]]\n"
+    "        kxx, kyy, kxy = (a @ a.T / d + 1) ** 3, (b @ b.T / d + 1) ** 3, (a @ b.T / d + 1) ** 3\n"
+    "        within = (kxx.sum() - kxx.diagonal().sum() + kyy.sum() - kyy.diagonal().sum()) / (m * (m - 1))\n"
+    "        values.append(within - 2 * kxy.mean())\n"
+    "    values = torch.stack(values)\n"
+    "    return values.mean(), values.std(unbiased=False)\n"}}

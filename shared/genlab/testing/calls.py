@@ -45,6 +45,10 @@ def detached(value):
         return value.detach().clone()
     if isinstance(value, torch.nn.Module):  # its weights, buffers and mode as they were at the call
         return copy.deepcopy(value)
+    if isinstance(value, torch.Generator):  # its state at the call: each replay draws what the call drew
+        twin = torch.Generator(device=value.device)
+        twin.set_state(value.get_state())
+        return twin
     if isinstance(value, (list, tuple)):
         return type(value)(detached(v) for v in value)
     if isinstance(value, dict):

@@ -201,8 +201,9 @@ def _run(header: dict, args, kwargs):
         # here with the same locals, under the same grad mode, so its callers' frames do not say which it is.
         calls, finish = _calls(kind, header, args, kwargs)
         result = None
-        for args, kwargs in calls:
-            result = _call(fn, args, kwargs)
+        with wire.default_dtype(header.get("default_dtype")):   # the test's default dtype, for this call only
+            for args, kwargs in calls:
+                result = _call(fn, args, kwargs)
         return finish(result)
     if kind == "peak_memory":
         return checks.peak_memory(fn, *args, **kwargs)

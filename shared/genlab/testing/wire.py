@@ -13,6 +13,7 @@ import json
 import math
 import os
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,12 @@ class Encoder:
                 return {"__handle__": value._handle.id, "type": value._handle.type_name}
             if type(value) in _MODULES.values():
                 return encode_module(value, self)
+            if isinstance(value, torch.Generator) and value.device.type == "cpu":
+                # Sent as its state: the kernel draws from a copy, so the test's generator does not advance
+                # (a test seeds a fresh generator for each call it wants reproducible).
+                key = f"t{len(self.tensors)}"
+                self.tensors[key] = value.get_state().clone()
+                return {"__generator__": key}
             raise TypeError(f"cannot send a {type(value).__name__} to the kernel")
         return {"__handle__": self.keep(value), "type": _type_name(value)}
 
@@ -111,6 +118,12 @@ def decode(tree: Any, tensors: dict[str, torch.Tensor], *, handle_factory=Handle
         if tree.get("requires_grad"):
             t.requires_grad_(True)
         return t
+    if "__generator__" in tree:
+        if modules is None:  # like modules: only the kernel's side rebuilds what a test sent
+            raise ValueError("malformed message: a generator where only data may come back")
+        generator = torch.Generator()
+        generator.set_state(tensors[tree["__generator__"]].to(torch.uint8))
+        return generator
     if "__float__" in tree:
         return float(tree["__float__"])
     if "__dtype__" in tree:
@@ -335,3 +348,29 @@ def apply_modes(modules: list[torch.nn.Module], reported: Any) -> None:
         for name, m in module.named_modules():
             if type(flags.get(name)) is bool:
                 m.training = flags[name]
+
+
+# -- torch's default dtype, as the test that makes a call has it --------------------------------------------
+# A test may run a call under torch.set_default_dtype(torch.float64) (what `dtype=None` means is then float64);
+# the kernel's server applies the name sent with each call around it, and puts its own back afterwards.
+DEFAULT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def default_dtype_name() -> str:
+    return str(torch.get_default_dtype()).removeprefix("torch.")
+
+
+@contextmanager
+def default_dtype(name: str | None):
+    """``torch.set_default_dtype`` for the ``with`` block, to one of :data:`DEFAULT_DTYPES` (None: unchanged)."""
+    if name is None or name == default_dtype_name():
+        yield
+        return
+    if name not in DEFAULT_DTYPES:
+        raise ValueError(f"malformed message: default dtype {name!r}")
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(getattr(torch, name))
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
