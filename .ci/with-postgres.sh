@@ -12,7 +12,8 @@ if [ -n "${GENLAB_TEST_PG_URL:-}" ]; then
 fi
 if url="$(bash "$here/postgres.sh")" && [ -n "$url" ]; then
     export GENLAB_TEST_PG_URL="$url"
-    trap 'bash "$here/postgres.sh" stop; rm -rf "${GENLAB_PG_DIR:-/tmp/genlab-pg}"' EXIT
+    # Quietly: pytest's closing line ("N passed ...") stays the last line of the run.
+    trap 'bash "$here/postgres.sh" stop >/dev/null 2>&1; rm -rf "${GENLAB_PG_DIR:-/tmp/genlab-pg}"' EXIT
     trap 'exit 130' INT TERM
 fi
 "$@"
