@@ -18,7 +18,6 @@ The score is ``(killed + timeout) / (killed + timeout + survived)``.
 from __future__ import annotations
 
 import contextlib
-import copy
 import io
 import json
 import math
@@ -31,7 +30,7 @@ from pathlib import Path
 import torch
 
 from autograder.mutants import Mutant, mutants, normalized
-from genlab.testing.calls import LocalFunction, Recorder
+from genlab.testing.calls import LocalFunction, Recorder, detached
 from genlab.testing.runner import run_test
 
 KILLED, TIMEOUT, SURVIVED, EQUIVALENT, INVALID = "killed", "timeout", "survived", "probably equivalent", "invalid"
@@ -180,21 +179,8 @@ def _map_tensors(value, fn):
 
 
 def _fresh(value):
-    """A copy for one run: tensors cloned (grad flags kept), modules and generators deep-copied."""
-    if isinstance(value, torch.Tensor):
-        c = value.detach().clone()
-        return c.requires_grad_(value.requires_grad) if value.requires_grad else c
-    if isinstance(value, torch.Generator):
-        g = torch.Generator(device=value.device)
-        g.set_state(value.get_state())
-        return g
-    if isinstance(value, (list, tuple)):
-        return type(value)(_fresh(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _fresh(v) for k, v in value.items()}
-    if isinstance(value, torch.nn.Module):
-        return copy.deepcopy(value)
-    return value
+    """A copy for one run: tensors cloned (grad flags kept), modules and generators copied."""
+    return detached(value, keep_grad=True)
 
 
 def _differ(a, b, what: str) -> str | None:

@@ -39,10 +39,12 @@ class Recorder:
         return [c for c in self.calls if c.name == name]
 
 
-def detached(value):
-    """A copy of a test's arguments that later in-place edits in the test cannot change."""
+def detached(value, keep_grad: bool = False):
+    """A copy of a test's arguments that later in-place edits in the test cannot change (``keep_grad``: tensors
+    that required grad still do, as fresh leaves)."""
     if isinstance(value, torch.Tensor):
-        return value.detach().clone()
+        copy_ = value.detach().clone()
+        return copy_.requires_grad_(True) if keep_grad and value.requires_grad else copy_
     if isinstance(value, torch.nn.Module):  # its weights, buffers and mode as they were at the call
         return copy.deepcopy(value)
     if isinstance(value, torch.Generator):  # its state at the call: each replay draws what the call drew
@@ -50,9 +52,9 @@ def detached(value):
         twin.set_state(value.get_state())
         return twin
     if isinstance(value, (list, tuple)):
-        return type(value)(detached(v) for v in value)
+        return type(value)(detached(v, keep_grad) for v in value)
     if isinstance(value, dict):
-        return {k: detached(v) for k, v in value.items()}
+        return {k: detached(v, keep_grad) for k, v in value.items()}
     return value
 
 
