@@ -13,6 +13,24 @@ KID_HEAD = "def kid(real_features, fake_features, subsets=100, subset_size=1000,
 FIDINF_HEAD = "def fid_infinity(real_features, fake_features, sizes, generator=None):\n"
 EXTRACT_HEAD = "def extract_features(model, images, batch_size=256):\n"
 
+
+def _kid_body(check: str, spread: str = "std", generator: str = ", generator=generator") -> str:
+    """A student's kid: the reference's loop, with the size check, the spread and the randperm call given."""
+    return (KID_HEAD +
+            "    x, y = real_features.double(), fake_features.double()\n"
+            "    m = subset_size\n" + check +
+            "    d = x.shape[1]\n"
+            "    values = []\n"
+            "    for _ in range(subsets):\n"
+            f"        a = x[torch.randperm(x.shape[0]{generator})[:m]]\n"
+            f"        b = y[torch.randperm(y.shape[0]{generator})[:m]]\n"
+            "        kxx, kyy, kxy = (a @ a.T / d + 1) ** 3, (b @ b.T / d + 1) ** 3, (a @ b.T / d + 1) ** 3\n"
+            "        within = (kxx.sum() - kxx.diagonal().sum() + kyy.sum() - kyy.diagonal().sum()) / (m * (m - 1))\n"
+            "        values.append(within - 2 * kxy.mean())\n"
+            "    values = torch.stack(values)\n"
+            f"    return values.mean(), values.{spread}(unbiased=False)\n")
+
+
 SAMPLES: dict[str, dict] = {
     "reference": {"cells": {}, "expect": {"full": True}},
     # -- correct alternatives: full marks ---------------------------------------------------------------
@@ -121,39 +139,13 @@ SAMPLES: dict[str, dict] = {
     # -- bugs the tests catch that the catalogue does not name (no documented source to cite) ----------------
     # the variance of the subsets' values returned where the spec asks for their standard deviation
     "lab5_bug_kid_variance": {"expect": {"failed_tests": ["kid_torchmetrics"]}, "cells": {
-        "kid": KID_HEAD +
-        "    x, y = real_features.double(), fake_features.double()\n"
-        "    m = subset_size\n"
-        "    if m > x.shape[0] or m > y.shape[0]:\n"
-        "        raise ValueError('subset_size exceeds a feature set')\n"
-        "    d = x.shape[1]\n"
-        "    values = []\n"
-        "    for _ in range(subsets):\n"
-        "        a = x[torch.randperm(x.shape[0], generator=generator)[:m]]\n"
-        "        b = y[torch.randperm(y.shape[0], generator=generator)[:m]]\n"
-        "        kxx, kyy, kxy = (a @ a.T / d + 1) ** 3, (b @ b.T / d + 1) ** 3, (a @ b.T / d + 1) ** 3\n"
-        "        within = (kxx.sum() - kxx.diagonal().sum() + kyy.sum() - kyy.diagonal().sum()) / (m * (m - 1))\n"
-        "        values.append(within - 2 * kxy.mean())\n"
-        "    values = torch.stack(values)\n"
-        "    return values.mean(), values.var(unbiased=False)\n",
+        "kid": _kid_body("    if m > x.shape[0] or m > y.shape[0]:\n"
+                         "        raise ValueError('subset_size exceeds a feature set')\n", spread="var"),
     }},
     # subset_size checked against the fake features only
     "lab5_bug_kid_checks_one_side": {"expect": {"failed_tests": ["kid_errors"]}, "cells": {
-        "kid": KID_HEAD +
-        "    x, y = real_features.double(), fake_features.double()\n"
-        "    m = subset_size\n"
-        "    if m > y.shape[0]:\n"
-        "        raise ValueError(f'subset_size {m} exceeds the {y.shape[0]} fake features')\n"
-        "    d = x.shape[1]\n"
-        "    values = []\n"
-        "    for _ in range(subsets):\n"
-        "        a = x[torch.randperm(x.shape[0], generator=generator)[:m]]\n"
-        "        b = y[torch.randperm(y.shape[0], generator=generator)[:m]]\n"
-        "        kxx, kyy, kxy = (a @ a.T / d + 1) ** 3, (b @ b.T / d + 1) ** 3, (a @ b.T / d + 1) ** 3\n"
-        "        within = (kxx.sum() - kxx.diagonal().sum() + kyy.sum() - kyy.diagonal().sum()) / (m * (m - 1))\n"
-        "        values.append(within - 2 * kxy.mean())\n"
-        "    values = torch.stack(values)\n"
-        "    return values.mean(), values.std(unbiased=False)\n",
+        "kid": _kid_body("    if m > y.shape[0]:\n"
+                         "        raise ValueError(f'subset_size {m} exceeds the {y.shape[0]} fake features')\n"),
     }},
     # the first N fake features taken as the subset of size N, not a random subset
     "lab5_bug_fid_infinity_prefix": {"expect": {"failed_tests": ["fid_infinity_value"]}, "cells": {
@@ -189,18 +181,6 @@ DEPENDS = {
 
 # subsets drawn from the global generator: `generator` ignored, so a seeded KID is not reproducible
 SAMPLES["lab5_bug_kid_generator_ignored"] = {"expect": {"failed_tests": ["kid_value"]}, "cells": {
-    "kid": KID_HEAD +
-    "    x, y = real_features.double(), fake_features.double()\n"
-    "    m = subset_size\n"
-    "    if m > x.shape[0] or m > y.shape[0] or m < 2:\n"
-    "        raise ValueError('subset_size must be between 2 and the size of each set')\n"
-    "    d = x.shape[1]\n"
-    "    values = []\n"
-    "    for _ in range(subsets):\n"
-    "        a = x[torch.randperm(x.shape[0])[:m]]\n"
-    "        b = y[torch.randperm(y.shape[0])[:m]]\n"
-    "        kxx, kyy, kxy = (a @ a.T / d + 1) ** 3, (b @ b.T / d + 1) ** 3, (a @ b.T / d + 1) ** 3\n"
-    "        within = (kxx.sum() - kxx.diagonal().sum() + kyy.sum() - kyy.diagonal().sum()) / (m * (m - 1))\n"
-    "        values.append(within - 2 * kxy.mean())\n"
-    "    values = torch.stack(values)\n"
-    "    return values.mean(), values.std(unbiased=False)\n"}}
+    "kid": _kid_body("    if m > x.shape[0] or m > y.shape[0] or m < 2:\n"
+                     "        raise ValueError('subset_size must be between 2 and the size of each set')\n",
+                     generator="")}}
