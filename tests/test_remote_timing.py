@@ -62,3 +62,55 @@ def test_a_slow_function_stays_slow_when_the_machine_slows_most_of_the_reference
     result = student.__genlab_time_ratio__(lambda: None, (), {"clear_below": 2.5})
     assert result.ratio > 25, f"a 50x-slow function measured {result}"
     assert "best of 5 interleaved rounds" in str(result)
+
+
+class _Kernel:
+    """A kernel's timed loops on a simulated clock: each request costs ``overhead`` plus ``n`` calls, and the
+    calls of the requests listed in ``bursts`` (by their number, from 0) take ``burst_s`` more."""
+
+    def __init__(self, clock, per_call, overhead=1e-3, bursts=(), burst_s=0.0):
+        self.clock, self.per_call, self.overhead = clock, per_call, overhead
+        self.bursts, self.burst_s, self.loops = set(bursts), burst_s, 0
+
+    def request(self, header, encoder):
+        if header["kind"] == "timed_loop":
+            self.clock[0] += self.overhead + header["n"] * self.per_call
+            if self.loops in self.bursts:
+                self.clock[0] += self.burst_s
+            self.loops += 1
+        return {"ok": True}, None
+
+
+def _ratio(monkeypatch, student, reference):
+    import autograder.remote as remote
+    from genlab.testing.calls import Recorder
+
+    monkeypatch.setattr(remote.time, "perf_counter", lambda: student.clock[0])
+    proxy = remote.RemoteFunction(student, "reparameterize", Recorder(), reference_session=reference)
+    return proxy.__genlab_time_ratio__(lambda: None, (), {"clear_below": 2.5})
+
+
+def test_a_burst_of_load_during_calibration_does_not_turn_the_rounds_into_timings_of_the_request(monkeypatch):
+    """CI, loaded: the reference's first one-call loop took 0.5 s, so calibration settled on one call per loop;
+    every round then timed the request (1 ms) on both sides and a Python loop 50x slower measured 2.9x, under
+    the 5x bound. The rounds' best reference time shows the loop was too short: the grader times longer ones."""
+    clock = [0.0]
+    reference = _Kernel(clock, 40e-6, bursts=[3], burst_s=0.5)  # loops 0-2 measure the overhead; 3 is n=1
+    result = _ratio(monkeypatch, _Kernel(clock, 2e-3), reference)
+    assert result.ratio > 25, f"a 50x-slow function measured {result}"
+
+
+def test_one_burst_on_a_fast_functions_first_look_does_not_fail_it(monkeypatch):
+    """A first look over 20x ends the timing early; a burst that slows one of the student's looks 100x must not
+    decide it: the look is repeated, and each side's better look counts."""
+    clock = [0.0]
+    result = _ratio(monkeypatch, _Kernel(clock, 40e-6, bursts=[4], burst_s=0.5), _Kernel(clock, 40e-6))  # look 1, 4, 16, 64, 134
+    assert result.ratio < 1.5, f"a function as fast as the reference measured {result}"
+
+
+def test_a_reference_timed_against_itself_with_bursts_on_either_side_stays_near_one(monkeypatch):
+    for student_bursts, reference_bursts in (([0, 1, 2], []), ([], [3, 4, 5, 6]), ([1, 3], [2, 5, 8])):
+        clock = [0.0]
+        result = _ratio(monkeypatch, _Kernel(clock, 40e-6, bursts=student_bursts, burst_s=0.3),
+                        _Kernel(clock, 40e-6, bursts=reference_bursts, burst_s=0.3))
+        assert result.ratio < 2.0, (student_bursts, reference_bursts, str(result))
