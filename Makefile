@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.genlab-installed
 
-.PHONY: venv demo demo-all test test-equivalence lab release outputs samples clean audit
+.PHONY: venv demo demo-all test test-equivalence lab release outputs samples clean audit bundle
 
 $(STAMP): requirements/ci.txt pyproject.toml
 	bash .ci/system-deps.sh
@@ -21,6 +21,9 @@ release: venv  ## regenerate labs/ from solutions/ (nbgrader generate_assignment
 
 outputs: venv  ## rerun the solution notebooks and store the outputs nbval compares
 	$(VENV)/bin/genlab release --outputs
+
+bundle: venv  ## what students of a graded class receive: out/student (notebooks, a wheel, a README), checked for leaks
+	$(VENV)/bin/genlab release --student-bundle out/student
 
 samples: release  ## regenerate autograder/samples/ from each lab's solutions/<lab>/samples.py
 	$(PY) -m autograder.sample_submissions > /dev/null

@@ -11,23 +11,13 @@ import os
 import sys
 from pathlib import Path
 
+from genlab.cli import add_student_commands
+
 
 def _root(args) -> Path:
     from genlab.testing.reference import find_course_root
 
     return Path(args.root).resolve() if args.root else find_course_root()
-
-
-def cmd_doctor(args) -> int:
-    from genlab.doctor import main
-
-    return main()
-
-
-def cmd_check(args) -> int:
-    from genlab.selfcheck import check_notebook
-
-    return check_notebook(Path(args.notebook))
 
 
 def cmd_release(args) -> int:
@@ -42,7 +32,23 @@ def cmd_release(args) -> int:
             print(f"solutions/{lab}: ran it and stored the output of {marked} NBVAL_CHECK_OUTPUT cells")
     for path in release(_root(args), args.lab or None):
         print(f"wrote {path}")
+    if args.student_bundle:
+        from autograder.bundle import student_bundle
+
+        bundle = student_bundle(_root(args), Path(args.student_bundle))
+        print(bundle.summary())
+        return 0 if bundle.clean else 1
     return 0
+
+
+def cmd_leaks(args) -> int:
+    from autograder import leaks
+
+    root = _root(args)
+    places = [Path(p) for p in args.places] or [root / "shared" / "genlab", root / "labs"]
+    matches = leaks.closest_matches(leaks.solution_functions(root), leaks.functions_in(places))
+    print(leaks.report(matches))
+    return 1 if leaks.leaks(matches) else 0
 
 
 def cmd_grade(args) -> int:
@@ -108,17 +114,21 @@ def main(argv=None) -> int:
     parser.add_argument("--root", help="course folder (default: the nearest folder with solutions/ or labs/)")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    sub.add_parser("doctor", help="check Python, torch, CUDA and optional packages").set_defaults(func=cmd_doctor)
-
-    p = sub.add_parser("check", help="run a lab notebook and self-check its functions on the visible tests")
-    p.add_argument("notebook")
-    p.set_defaults(func=cmd_check)
+    add_student_commands(sub)  # doctor, check: the student package's own command (genlab.cli)
 
     p = sub.add_parser("release", help="regenerate labs/ from solutions/ (nbgrader generate_assignment)")
     p.add_argument("--lab", action="append", help="only this lab (repeatable)")
     p.add_argument("--outputs", action="store_true",
                    help="first run the solution notebooks and store the outputs nbval compares")
+    p.add_argument("--student-bundle", metavar="DIR",
+                   help="then write what students receive to DIR: the notebooks, a wheel of the student "
+                        "package, a README (no solutions, no hidden tests; checked for leaks)")
     p.set_defaults(func=cmd_release)
+
+    p = sub.add_parser("leaks", help="the closest match of every solution function in PLACES (files, folders, "
+                                     "wheels); exit 1 when one is the answer after a small edit")
+    p.add_argument("places", nargs="*", help="default: the student package (shared/genlab) and labs/")
+    p.set_defaults(func=cmd_leaks)
 
     p = sub.add_parser("grade", help="autograde SUBMISSIONS/<student>/<lab>/<lab>.ipynb")
     p.add_argument("submissions")

@@ -158,7 +158,7 @@ def grade_one(run: Run, student: str, lab_id: str, found: Found, more: bool = Tr
     worker.kernels.more = more
     if not found.refused:  # unchanged since the last run: reused before anything of the lab is loaded
         folder = LabFolder(run.root, lab_id)
-        result_key = cache.key(found.path, [folder.source, folder.release], run.limits)
+        result_key = cache.key(found.path, [folder.source, folder.release, folder.bodies_file], run.limits)
         cached = cache.load(run.out, student, lab_id, result_key)
         if cached is not None:
             return cached, True

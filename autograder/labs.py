@@ -6,6 +6,9 @@ Everything that defines a lab lives there:
   faults), each with what the grader must conclude (``SAMPLES[name] = {"cells": ..., "expect": ...}``);
 - optional lab data beside them.
 
+- ``bugs.py`` (optional): ``BODIES``, the full body of each catalogued bug that students see only as an edit
+  of their own function (the answer with a small edit must not ship, issue 21): samples and diagnosis use it.
+
 The lab's bug catalogue stays importable by the student package (``genlab.catalog.<lab>``), because the
 notebook's failure-mode cells run it; ``tests/test_labs.py`` fails when a lab has no samples or a
 catalogued bug has no sample. ``labs/<lab>/<lab>.ipynb`` is generated from the source by ``genlab release``.
@@ -50,12 +53,25 @@ class LabFolder:
 
     @cached_property
     def _samples_module(self):
-        if not self.samples_file.is_file():
-            return None
-        spec = importlib.util.spec_from_file_location(f"genlab_samples_{self.id}", self.samples_file)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
+        return _load(self.samples_file, f"genlab_samples_{self.id}")
+
+    @property
+    def bodies_file(self) -> Path:
+        return self.folder / "bugs.py"
+
+    @cached_property
+    def bodies(self) -> dict:
+        """Bug id -> its full body (instructor only): ``BODIES`` of ``bugs.py``."""
+        return dict(getattr(_load(self.bodies_file, f"genlab_bugs_{self.id}"), "BODIES", {}))
+
+    @cached_property
+    def bugs(self) -> list:
+        """The lab's catalogue (``genlab.catalog.<lab>``), each bug as its full body where there is one."""
+        from dataclasses import replace
+
+        from genlab.catalog import bugs_for
+
+        return [replace(b, impl=self.bodies[b.id]) if b.id in self.bodies else b for b in bugs_for(self.id)]
 
     @property
     def samples(self) -> dict[str, dict]:
@@ -66,6 +82,16 @@ class LabFolder:
     def depends(self) -> dict[str, list[str]]:
         """Functions that call another student function, and so may lose marks with it."""
         return dict(getattr(self._samples_module, "DEPENDS", {}))
+
+
+def _load(path: Path, name: str):
+    """A lab's Python file as a module (None when the lab has none)."""
+    if not path.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def discover(root: Path) -> list[LabFolder]:

@@ -95,7 +95,9 @@ class Lab:
 
     @cached_property
     def bugs(self) -> list[Bug]:
-        return bugs_for(self.id)
+        """The lab's catalogue, each bug as its full body where the instructor's ``bugs.py`` has one (an edit
+        of the student's function is bound to the reference at diagnosis instead)."""
+        return self.folder.bugs
 
     @cached_property
     def reference(self) -> Reference:

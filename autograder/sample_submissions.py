@@ -39,15 +39,16 @@ def bug_cell(lab: str, bug_id: str) -> str:
     function it replaces and defines first the catalogue's private helpers (``_kl``) that the body uses.
     """
     import genlab.catalog
+    from autograder.labs import LabFolder
 
     entry = genlab.catalog.bug(lab, bug_id)
-    impl = entry.impl
-    module = inspect.getmodule(impl)
+    impl = LabFolder(ROOT, lab).bodies.get(bug_id, entry.impl)  # the full body, where students see an edit
+    names = impl.__globals__  # the module it is written in (a catalogue module, or the lab's bugs.py)
     source = textwrap.dedent(inspect.getsource(impl))
     source = re.sub(rf"^def {impl.__name__}\(", f"def {entry.function}(", source, count=1, flags=re.M)
     helpers = []
     for name in impl.__code__.co_names:
-        value = getattr(module, name, None)
+        value = names.get(name)
         if not name.startswith("_") or value is None:
             continue
         if inspect.isfunction(value):

@@ -219,6 +219,20 @@ def test_gradebook_and_feedback_written(graded):
     assert "== lab1_vae ==" in stdout
 
 
+def test_no_feedback_page_holds_a_line_of_a_hidden_test(graded):
+    """Every sample's page, attacks and faults included (issue 21): no line that is a hidden test's alone."""
+    from autograder.bundle import hidden_test_lines
+
+    hidden = hidden_test_lines(ROOT)
+    assert len(hidden) > 100, "the hidden tests' own lines are found"
+    pages = sorted((graded[0] / "feedback").glob("*/*/*.html"))
+    assert len(pages) == len(graded[1])
+    for page in pages:
+        text = unescape(re.sub(r"<[^>]+>", "", page.read_text()))
+        lines = {line.strip() for line in text.splitlines()}
+        assert not hidden & lines, f"{page}: {sorted(hidden & lines)[:3]}"
+
+
 @pytest.mark.parametrize("lab,sample", cases(lambda e: e.get("writes_nothing")))
 def test_student_code_cannot_write_other_submissions_or_solutions(graded, lab, sample):
     """The sample walks the file system appending to every notebook, gradebook and CSV it can open."""

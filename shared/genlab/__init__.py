@@ -49,7 +49,8 @@ def show_source(obj) -> None:
     """Prints the source of a function (the failure-modes cells show each catalogued bug this way)."""
     import inspect
 
-    print(inspect.getsource(getattr(obj, "impl", obj)))
+    obj = getattr(obj, "impl", obj)
+    print(inspect.getsource(getattr(obj, "fn", obj)))  # an Edit shows the edit it makes
 
 
 __all__ = ["setup", "check", "show_source", "CheckFailed", "check_shape", "check_close", "check_dtype_device",

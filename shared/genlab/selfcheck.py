@@ -46,17 +46,8 @@ def self_check(function: str, lab: str | None, namespace: dict | None = None, no
     nb = LabNotebook.read(notebook or _lab_notebook(lab))
     if function not in namespace:
         raise NameError(f"`{function}` is not defined yet: run its cell first")
-    setup_ns: dict = {}
-    exec(compile(nb.setup_source, "<setup>", "exec"), setup_ns)
-    functions = [f for f in nb.solutions if f in namespace]
     outcomes = []
-    for test_id, spec in nb.tests.items():
-        if function_of(test_id, list(nb.solutions)) != function:
-            continue
-        recorder = Recorder()
-        test_ns = dict(setup_ns)
-        test_ns.update({f: LocalFunction(namespace[f], f, recorder) for f in functions})
-        outcome = run_test(test_id, spec["source"], test_ns)
+    for test_id, outcome, recorder in visible_runs(nb, namespace, function):
         if not outcome.passed:
             try:
                 from genlab.testing import load_reference
@@ -64,7 +55,7 @@ def self_check(function: str, lab: str | None, namespace: dict | None = None, no
             except FileNotFoundError:
                 ref = None  # students have no reference: replay against the bugs' own disagreement only
             outcome.diagnosis = diagnose(bugs_for(lab), recorder.calls, ref) if ref else _diagnose_alone(
-                lab, recorder)
+                lab, recorder, test_id)
         outcomes.append(outcome)
         mark = "PASS" if outcome.passed else outcome.status.upper()
         print(f"{mark:8s} {test_id}" + (f"\n         {outcome.message}" if outcome.message else ""))
@@ -75,13 +66,77 @@ def self_check(function: str, lab: str | None, namespace: dict | None = None, no
     return outcomes
 
 
-def _diagnose_alone(lab: str, recorder: Recorder):
-    """Without the reference: a bug is named when every deterministic call matches it exactly."""
+def visible_runs(nb: LabNotebook, namespace: dict, function: str):
+    """Runs the visible tests of ``function`` as the self-check does: the setup cell once, then each test in
+    notebook order on the functions of ``namespace``; yields (test id, outcome, its recorded calls). The
+    student bundle's fingerprints are recorded the same way, on the reference, so the inputs match."""
+    setup_ns: dict = {}
+    exec(compile(nb.setup_source, "<setup>", "exec"), setup_ns)
+    functions = [f for f in nb.solutions if f in namespace]
+    for test_id, spec in nb.tests.items():
+        if function_of(test_id, list(nb.solutions)) != function:
+            continue
+        recorder = Recorder()
+        test_ns = dict(setup_ns)
+        test_ns.update({f: LocalFunction(namespace[f], f, recorder) for f in functions})
+        yield test_id, run_test(test_id, spec["source"], test_ns), recorder
+
+
+def fingerprints(lab: str) -> list[dict]:
+    """What each bug written as an edit returns on the visible tests' own calls, recorded by the instructor
+    on the reference (``genlab/assets/fingerprints/<lab>.pt`` in the student bundle's wheel; none in the
+    repository, where the self-check has the reference itself). Only calls where the bug and the reference
+    disagree are kept, so no expected value of a passing call is shipped."""
+    from importlib import resources
+
+    import torch
+
+    path = resources.files("genlab") / "assets" / "fingerprints" / f"{lab}.pt"
+    if not path.is_file():
+        return []
+    with resources.as_file(path) as file:
+        return torch.load(file, weights_only=True)
+
+
+def _matches_fingerprint(bug, entries: list[dict], calls) -> bool:
+    """The student's outcomes equal the bug's on every fingerprinted call they made (at least one)."""
+    from genlab.testing.diagnosis import same, student_outcome
+
+    matched = 0
+    for entry in entries:
+        for c in calls:
+            if c.kind != entry["kind"] or not same(list(c.args), list(entry["args"])) or \
+                    not same(sorted(c.kwargs.items()), sorted(entry["kwargs"].items())):
+                continue
+            outcome, expected = student_outcome(c), entry["outcome"]
+            if isinstance(expected, dict) and "error" in expected:
+                agree = isinstance(outcome, BaseException) and type(outcome).__name__ == expected["error"]
+            else:
+                agree = not isinstance(outcome, BaseException) and same(outcome, expected)
+            if not agree:
+                return False
+            matched += 1
+    return matched > 0
+
+
+def _diagnose_alone(lab: str, recorder: Recorder, test_id: str | None = None):
+    """Without the reference: a bug is named when every deterministic call matches it exactly.
+
+    A bug written as an edit of the student's function cannot be replayed here: run on the student's own
+    function it would match any output (the detached sample of a wrong sample is that wrong sample). It is
+    named from its fingerprint instead, when the bundle ships one (:func:`fingerprints`)."""
+    from genlab.catalog import Edit
     from genlab.testing.diagnosis import replay, same, student_outcome
 
     found = []
+    prints = [e for e in fingerprints(lab) if e["test"] == test_id]
     for bug in bugs_for(lab):
         calls = [c for c in recorder.calls if c.name == bug.function and c.kind in bug.kinds]
+        if isinstance(bug.impl, Edit):
+            entries = [e for e in prints if e["bug"] == bug.id]
+            if bug.detect is None and entries and _matches_fingerprint(bug, entries, calls):
+                found.append(bug)
+            continue
         if bug.detect is not None or not calls:
             continue
         deterministic = [c for c in calls if same(replay(bug.impl, c), replay(bug.impl, c))]

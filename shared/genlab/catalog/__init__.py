@@ -1,15 +1,77 @@
-"""Catalogues of real, documented bugs, one module per lab, kept as code.
+"""Catalogues of real, documented bugs, one module per lab, kept as code students may read.
 
-A lab's failure-modes cells import these implementations to reproduce each bug and measure its symptom,
-and the grader replays a student's calls through them to name the bug a student made. One definition
-serves both, so the lesson and the diagnosis cannot drift apart.
+A lab's failure-modes cells import these to reproduce each bug and measure its symptom, and the grader
+replays a student's calls through them to name the bug a student made.
+
+Students receive this package, so no entry may be the answer with a small edit (issue 21; checked by
+:mod:`autograder.leaks`). A bug whose code would be is written here as an :func:`edit` of the student's own
+functions (``-gaussian_kl(mu, logvar)``, ``reparameterize(mu, logvar, eps).detach()``): in the notebook it
+runs on the student's function, for the grader on the reference. Its full body, as a student would write it,
+lives with the instructor, in ``solutions/<lab>/bugs.py``: the bug samples are made of it, and
+``tests/test_catalogue.py`` checks that the body and the edit are the same bug.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 from dataclasses import dataclass
 from typing import Callable
+
+
+class Edit:
+    """A bug written as an edit of the student's own functions: ``@edit("gaussian_kl")`` over
+    ``def kl_sign_flipped(gaussian_kl, mu, logvar): return -gaussian_kl(mu, logvar)``.
+
+    Called as the function it breaks (``bug.impl(mu, logvar)``), it takes the named functions from the
+    notebook's namespace, the student's own; :meth:`bound` takes them from another namespace instead (the
+    grader binds the reference)."""
+
+    def __init__(self, fn: Callable, functions: tuple[str, ...]):
+        self.fn, self.functions = fn, functions
+        self.__name__, self.__doc__, self.__wrapped__ = fn.__name__, fn.__doc__, fn
+
+    def bound(self, namespace) -> Callable:
+        """The bug with the named functions taken from ``namespace`` (a dict or an object's attributes)."""
+        found = [namespace[f] if isinstance(namespace, dict) else getattr(namespace, f) for f in self.functions]
+        return functools.partial(self.fn, *found)
+
+    def __call__(self, *args, **kwargs):
+        return self.bound(_notebook_namespace(self.functions))(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<bug {self.__name__}: an edit of your {', '.join(self.functions)}>"
+
+    def __reduce__(self):  # by name: its module's attribute of that name is this Edit, not self.fn
+        return (_module_attribute, (self.fn.__module__, self.__name__))
+
+
+def _module_attribute(module: str, name: str):
+    return getattr(importlib.import_module(module), name)
+
+
+def edit(*functions: str) -> Callable[[Callable], Edit]:
+    """Decorator: the bug below is an edit of these student functions, passed to it first."""
+    return lambda fn: Edit(fn, functions)
+
+
+def runnable(impl: Callable, namespace) -> Callable:
+    """``impl`` ready to call outside the notebook: an :class:`Edit` bound to ``namespace`` (the reference)."""
+    return impl.bound(namespace) if isinstance(impl, Edit) else impl
+
+
+def _notebook_namespace(functions) -> dict:
+    """The namespace of the notebook running this (IPython's user namespace, else ``__main__``)."""
+    try:
+        namespace = get_ipython().user_ns  # noqa: F821 - defined inside IPython only
+    except NameError:
+        import __main__
+        namespace = vars(__main__)
+    missing = [f for f in functions if not callable(namespace.get(f))]
+    if missing:
+        raise NameError(f"this failure mode runs on your own {', '.join(missing)}, which is not defined: "
+                        "run its cell first (and make it pass its tests, or the symptom shown is your bug's too)")
+    return namespace
 
 
 @dataclass(frozen=True)
@@ -20,7 +82,7 @@ class Bug:
     symptom: str             # what goes wrong, in words
     fix: str                 # what to try
     reference: str           # where the bug is documented
-    impl: Callable           # the buggy implementation, same signature as the function
+    impl: Callable           # the bug, same signature as the function: code, or an Edit of the student's
     # Bugs whose values are right but whose cost is wrong cannot be named by replaying values:
     # ``detect(calls)`` looks at the recorded calls (e.g. a memory or time ratio) instead.
     detect: Callable | None = None
@@ -30,10 +92,21 @@ class Bug:
 
     @property
     def source(self) -> str:
-        return inspect.getsource(self.impl)
+        return inspect.getsource(getattr(self.impl, "fn", self.impl))
 
     def describe(self) -> str:
         return f"{self.title}: {self.symptom} Fix: {self.fix}"
+
+    @property
+    def lab(self) -> str:
+        """The lab whose catalogue holds it: its module is ``genlab.catalog.<lab>`` (or the lab's ``bugs.py``)."""
+        module = getattr(self.impl, "fn", self.impl).__module__
+        return module.rsplit(".", 1)[-1].removeprefix("genlab_bugs_")
+
+    def __reduce__(self):
+        # By name, as the catalogue's entry: a full body from the instructor's bugs.py is not importable by name
+        # in another process (results cross process boundaries when several workers grade).
+        return (bug, (self.lab, self.id))
 
 
 def too_slow(calls, max_ratio: float = 5.0) -> bool:

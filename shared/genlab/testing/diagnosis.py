@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from genlab.catalog import Bug
+from genlab.catalog import Bug, runnable
 from genlab.checks.values import DEFAULT_TOLERANCES, tolerances
 from genlab.testing.calls import Call, detached
 
@@ -81,7 +81,9 @@ def student_outcome(call: Call):
     return call.result
 
 
-def matches(bug: Bug, calls: list[Call], reference: Callable) -> bool:
+def matches(bug: Bug, calls: list[Call], reference: Callable, impl: Callable | None = None) -> bool:
+    """``impl``: the bug ready to run (an edit bound to the reference); by default ``bug.impl``."""
+    impl = impl or bug.impl
     if bug.detect is not None:  # a symptom replay cannot see (time, statistics of random draws)
         return bool(bug.detect(calls))
     informative = 0
@@ -91,8 +93,8 @@ def matches(bug: Bug, calls: list[Call], reference: Callable) -> bool:
         outcome = student_outcome(call)
         if isinstance(outcome, BaseException) and same(outcome, replay(reference, call)):
             continue  # input validation the student got right (t = T raises): silent about this bug
-        buggy = replay(bug.impl, call)
-        if not same(buggy, replay(bug.impl, call)):
+        buggy = replay(impl, call)
+        if not same(buggy, replay(impl, call)):
             # Random values, but shape and dtype are still deterministic and can tell a bug apart.
             if signature(buggy) == signature(replay(reference, call)):
                 continue
@@ -113,6 +115,6 @@ def diagnose(bugs: list[Bug], calls: list[Call], reference_namespace) -> list[Bu
     for bug in bugs:
         own = [c for c in calls if c.name == bug.function]
         reference = getattr(reference_namespace, bug.function, None)
-        if own and reference is not None and matches(bug, own, reference):
+        if own and reference is not None and matches(bug, own, reference, runnable(bug.impl, reference_namespace)):
             found.append(bug)
     return found
