@@ -84,6 +84,16 @@ class LabFolder:
         return dict(getattr(self._samples_module, "DEPENDS", {}))
 
 
+def instructor_bug(lab: str, bug_id: str, root: Path | None = None):
+    """A catalogued bug as the grader replays it: its full body where students see an edit of their function
+    (this checkout's ``solutions/<lab>/bugs.py``), the catalogue's code otherwise."""
+    folder = LabFolder(Path(root) if root else Path(__file__).resolve().parents[1], lab)
+    for b in folder.bugs:
+        if b.id == bug_id:
+            return b
+    raise KeyError(f"no bug {bug_id!r} in the {lab} catalogue; known: {[b.id for b in folder.bugs]}")
+
+
 def _load(path: Path, name: str):
     """A lab's Python file as a module (None when the lab has none)."""
     if not path.is_file():

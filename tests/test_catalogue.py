@@ -43,8 +43,12 @@ def _reference_calls(lab: LabFolder):
 
 
 @pytest.mark.parametrize("lab", LABS, ids=lambda lab: lab.id)
-def test_each_edit_is_the_bug_its_full_body_is(lab):
+def test_each_edit_is_the_bug_its_full_body_is(lab, monkeypatch):
+    import __main__
+
     reference, calls = _reference_calls(lab)
+    for name in dir(reference):  # a body may look up the notebook's class (add_lora's LoRALinear) in __main__
+        monkeypatch.setattr(__main__, name, getattr(reference, name), raising=False)
     compared = {}
     for bug in bugs_for(lab.id):
         if not isinstance(bug.impl, Edit):

@@ -12,7 +12,7 @@ import os
 import pytest
 import torch
 
-import genlab.catalog
+from autograder.labs import instructor_bug  # full bodies, where students see edits
 from genlab.data import load_samples, save_samples
 from genlab.models import OracleDenoiser, TinyDenoiser
 from genlab.testing import load_reference, wire
@@ -61,7 +61,7 @@ def test_diffusers_add_noise_has_the_half_precision_bug(linear):
     scheduler = diffusers.DDPMScheduler(num_train_timesteps=T, beta_schedule="linear", beta_start=1e-4, beta_end=0.02)
     x0, noise, t = torch.zeros(2, 4, dtype=torch.float16), torch.ones(2, 4, dtype=torch.float16), torch.tensor([0, 1])
     theirs = scheduler.add_noise(x0, noise, t)
-    bug = genlab.catalog.bug(LAB, "half_precision_coefficients").impl(x0, t, noise, linear[1])
+    bug = instructor_bug(LAB, "half_precision_coefficients").impl(x0, t, noise, linear[1])
     assert torch.equal(theirs, bug)
     assert theirs[0].abs().max().item() == 0.0  # no noise at all at t = 0
 
@@ -103,7 +103,7 @@ def test_new_bugs_differ_from_the_reference(ref, linear):
     x0, xt, z = torch.randn(3, 1, 8, 8), torch.randn(3, 1, 8, 8), torch.randn(3, 1, 8, 8)
     model = TinyDenoiser(seed=0)
     t = torch.tensor([0, 5, 900])
-    bug = lambda bug_id: genlab.catalog.bug(LAB, bug_id).impl  # noqa: E731
+    bug = lambda bug_id: instructor_bug(LAB, bug_id).impl  # noqa: E731
     assert not torch.allclose(bug("alpha_bar_prev_wraps")(x0, xt, t, betas, ab)[1],
                               ref.q_posterior(x0, xt, t, betas, ab)[1])
     assert not torch.allclose(bug("x0_as_target")(model, x0, t, z, ab), ref.ddpm_loss(model, x0, t, z, ab))
@@ -116,7 +116,7 @@ def test_new_bugs_differ_from_the_reference(ref, linear):
 
 # --- the numbers the notebook's text states in words ------------------------------------------------------
 def test_cosine_clip_changes_only_the_last_beta(ref):
-    raw = genlab.catalog.bug(LAB, "unclipped_cosine").impl("cosine", T)
+    raw = instructor_bug(LAB, "unclipped_cosine").impl("cosine", T)
     assert (raw > 0.999).nonzero().flatten().tolist() == [T - 1]
     assert raw[T - 2].item() == pytest.approx(0.75, abs=1e-3) and raw[T - 3].item() == pytest.approx(0.556, abs=1e-3)
     torch.testing.assert_close(ref.make_beta_schedule("cosine", T)[:-1], raw[:-1], rtol=1e-12, atol=1e-15)
@@ -126,7 +126,7 @@ def test_silent_broadcast_is_exact_for_one_image(ref, linear):
     _, ab = linear
     x0, noise = torch.randn(1, 3, 64, 64), torch.randn(1, 3, 64, 64)
     t = torch.tensor([700])
-    buggy = genlab.catalog.bug(LAB, "silent_broadcast").impl(x0, t, noise, ab)
+    buggy = instructor_bug(LAB, "silent_broadcast").impl(x0, t, noise, ab)
     torch.testing.assert_close(buggy, ref.q_sample(x0, t, noise, ab), rtol=0, atol=0)
 
 

@@ -1,34 +1,38 @@
-"""Known bugs of Lab 4 (LoRA from scratch), each as the code that makes it.
+"""Known bugs of Lab 4 (LoRA from scratch), each as the edit of your own function that makes it, or as code.
 
-Every entry is a mistake found in real LoRA code; the lab's failure-modes cells reproduce each one and
-measure its symptom, and the grader names it when a student's outputs match it.
+Every entry is a mistake found in real LoRA code; the lab's failure-modes cells reproduce each one on *your*
+functions and measure its symptom, and the grader names it when a student's outputs match it. Written out in
+full, most bugs would be the answer with one edit, so this catalogue writes them as what they do to a correct
+function (draw B as well, zero A too, ignore `training`, widen the targets); the full bodies stay with the
+instructor (``solutions/lab4_lora/bugs.py``). The two left as code (``alpha_not_divided``,
+``merge_in_low_precision``) hold none of the answer.
 """
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from genlab.catalog import Bug, dropout_in_eval
+from genlab.catalog import Bug, dropout_in_eval, edit
 
 
 # --- lora_init -----------------------------------------------------------------------------------------------
-def random_b_init(in_features, out_features, r, *, generator=None, dtype=None, device=None):
-    bound = 1.0 / math.sqrt(in_features)
-    A = torch.empty(r, in_features, dtype=dtype, device=device).uniform_(-bound, bound, generator=generator)
-    # B drawn like A (peft's init_lora_weights=False, "for debugging"): B A != 0 before the first step
-    bound_b = 1.0 / math.sqrt(r)
-    B = torch.empty(out_features, r, dtype=dtype, device=device).uniform_(-bound_b, bound_b, generator=generator)
+@edit("lora_init")
+def random_b_init(lora_init, in_features, out_features, r, *, generator=None, dtype=None, device=None):
+    A, _ = lora_init(in_features, out_features, r, generator=generator, dtype=dtype, device=device)
+    # B drawn like A, next from the same generator (peft's init_lora_weights=False, "for debugging"): your draw of
+    # A for a layer with r inputs and rank out_features is a random [out_features, r]. B A != 0 before the first step
+    B, _ = lora_init(r, 1, out_features, generator=generator, dtype=dtype, device=device)
     return A, B
 
 
-def zero_init_both(in_features, out_features, r, *, generator=None, dtype=None, device=None):
-    # "start at the pretrained model" taken one step too far: with A = B = 0 no gradient ever reaches either
-    A = torch.zeros(r, in_features, dtype=dtype, device=device)
-    B = torch.zeros(out_features, r, dtype=dtype, device=device)
-    return A, B
+@edit("lora_init")
+def zero_init_both(lora_init, in_features, out_features, r, *, generator=None, dtype=None, device=None):
+    # "start at the pretrained model" taken one step too far: A zeroed as well, so no gradient ever reaches either.
+    # Nothing is drawn (your function draws A from a generator of its own, thrown away with A's values).
+    spare = torch.Generator(device=torch.empty(0, device=device).device)
+    A, B = lora_init(in_features, out_features, r, generator=spare, dtype=dtype, device=device)
+    return torch.zeros_like(A), B
 
 
 def _b_not_zero(calls) -> bool:
@@ -49,9 +53,10 @@ def alpha_not_divided(alpha, r, rslora=False):
 
 
 # --- lora_forward ------------------------------------------------------------------------------------------
-def dropout_ignores_training(x, weight, bias, A, B, scaling, dropout_p=0.0, training=False):
+@edit("lora_forward")
+def dropout_ignores_training(lora_forward, x, weight, bias, A, B, scaling, dropout_p=0.0, training=False):
     # F.dropout's own `training` defaults to True: without passing it, dropout also runs in eval
-    return F.linear(x, weight, bias) + scaling * F.linear(F.linear(F.dropout(x, dropout_p), A), B)
+    return lora_forward(x, weight, bias, A, B, scaling, dropout_p, True)
 
 
 def _lora_without_dropout(call):
@@ -96,27 +101,15 @@ def _merged_in_low_precision(calls) -> bool:
 
 
 # --- add_lora ----------------------------------------------------------------------------------------------
-def _notebook_lora_linear():
-    """The LoRALinear of the running notebook: in a lab, the student's own."""
-    import sys
-
-    return getattr(sys.modules["__main__"], "LoRALinear")
-
-
-def substring_match(model, target_modules, r, alpha, dropout=0.0):
-    LoRALinear = _notebook_lora_linear()
+@edit("add_lora")
+def substring_match(add_lora, model, target_modules, r, alpha, dropout=0.0):
     keys = [target_modules] if isinstance(target_modules, str) else list(target_modules)
-    # `key in name` instead of name == key or name.endswith("." + key): "proj" also adapts "q_proj", "out_proj"
-    targets = [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and any(k in n for k in keys)]
+    # `key in name`: "proj" also adapts "q_proj" and "out_proj". Your add_lora is then handed the full names of
+    # the layers that matched so, which pick out exactly those layers.
+    targets = _substring_targets(model, keys)
     if not targets:
         raise ValueError(f"target_modules {keys} match no nn.Linear")
-    for p in model.parameters():
-        p.requires_grad_(False)
-    for name in targets:
-        parent_name, _, child = name.rpartition(".")
-        parent = model.get_submodule(parent_name)
-        setattr(parent, child, LoRALinear(getattr(parent, child), r, alpha, dropout))
-    return model
+    return add_lora(model, targets, r, alpha, dropout)
 
 
 def _exact_targets(model, keys):
@@ -150,28 +143,32 @@ BUGS = [
     Bug("random_b_init", "lora_init", "B initialised randomly as well as A",
         "with B != 0 the adapter changes the model before any training step: B A is a random matrix added to "
         "every pretrained weight, so fine-tuning starts from a damaged model instead of the pretrained one.",
-        "draw A from U(-1/sqrt(in), 1/sqrt(in)) and set B = torch.zeros(out, r): then B A = 0 at step 0.",
+        "look at how B starts: the adapter must change nothing before the first training step, and only one of "
+        "the two factors is drawn at random (section 1, Initialisation).",
         "Hu et al. 2021 (arXiv 2106.09685), Sec. 4.1 ('zero for B, so dW = BA is zero at the beginning'); "
         "peft LoraConfig docs: init_lora_weights=False makes B random, 'not a no-op', for debugging only",
         random_b_init, detect=_b_not_zero),
     Bug("zero_init_both", "lora_init", "A and B both initialised to zero",
         "the gradient of B is (dL/dy)^T (x A^T), zero when A = 0, and the gradient of A is B^T (...), zero "
         "when B = 0: both gradients are exactly zero at every step and the adapter never trains.",
-        "only B starts at zero; A needs a random draw (U(-1/sqrt(in), 1/sqrt(in)), like nn.Linear).",
+        "look at how A starts: one of the two factors must be drawn at random, or neither ever gets a gradient "
+        "(section 1 derives both gradients and gives the law to draw from).",
         "Hu et al. 2021 (arXiv 2106.09685), Sec. 4.1 (random Gaussian A, zero B); peft tuners/lora/layer.py "
         "reset_lora_parameters (kaiming_uniform_ for A, zeros for B)",
         zero_init_both),
     Bug("alpha_not_divided", "lora_scaling", "alpha used where alpha / r is meant",
-        "the update s B A grows with r: at r = 8 it is 8 times what alpha / r gives, so every change of rank "
-        "changes the effective learning rate and the loss curves do not compare across ranks.",
-        "return alpha / r (or alpha / math.sqrt(r) for rsLoRA).",
+        "the update s B A grows with r: at r = 8 it is 8 times what the lab's scaling gives, so every change of "
+        "rank changes the effective learning rate and the loss curves do not compare across ranks.",
+        "the scaling must keep the update's size the same as r changes: see section 2 for what alpha is divided "
+        "by, in plain LoRA and in rsLoRA.",
         "Hu et al. 2021, Sec. 4.1 ('we scale dW x by alpha / r'); rasbt/LLMs-from-scratch issue #821 (the "
         "from-scratch LoRA layer multiplied by alpha, not alpha / rank); Kalajdzievski 2023 (rsLoRA)",
         alpha_not_divided),
     Bug("dropout_ignores_training", "lora_forward", "LoRA dropout not tied to training",
         "F.dropout(x, p) has training=True by default: dropout runs in eval too, so two evaluations of the "
         "same input differ and accuracy is measured on a randomly damaged model.",
-        "pass training through: F.dropout(x, dropout_p, training) (nn.Dropout follows module.train()/eval()).",
+        "F.dropout cannot know whether the model is training unless it is told: check that your dropout follows "
+        "the `training` argument (nn.Dropout follows module.train()/eval()).",
         "PyTorch docs: torch.nn.functional.dropout (training: 'apply dropout if True. Default: True'); "
         "peft tuners/lora/layer.py (lora_dropout is an nn.Dropout module, off in eval)",
         dropout_ignores_training, detect=_dropout_in_eval),
@@ -179,16 +176,16 @@ BUGS = [
         "B @ A, its scaling and the sum with W are each rounded to 8 (bf16) or 11 (fp16) significant bits: "
         "the merged model's outputs move away from the unmerged ones, and merge then unmerge does not give W "
         "back.",
-        "compute in float32: (W.float() + s * (B.float() @ A.float())).to(W.dtype).",
+        "look at the precision the product, its scaling and the sum are computed in: in bf16/fp16 each step "
+        "rounds. Section 4 says how peft merges half-precision weights.",
         "peft issue #1388 (loss 2.11778 before vs 2.12142 after a bf16 merge); peft PR #1978 (merge half "
         "precision weights in float32)",
         merge_in_low_precision, detect=_merged_in_low_precision),
     Bug("substring_match", "add_lora", "target_modules matched as substrings",
         "`key in name` adapts every layer whose name contains the key: 'proj' adapts q_proj, k_proj and "
-        "out_proj, and a typo never raises. peft matches a list entry only as the whole name or its last "
-        "dotted parts.",
-        "match name == key or name.endswith('.' + key), and raise ValueError naming the keys when nothing "
-        "matches.",
+        "out_proj, and a typo never raises.",
+        "look at how a key is compared with a layer's qualified name: section 5 gives peft's rule for a list, and "
+        "says what add_lora must do when no nn.Linear matches.",
         "peft tuners/tuners_utils.py check_target_module_exists (exact or '.' + key suffix); peft issue "
         "#1959 (target_modules silently matching unintended layers)",
         substring_match, detect=_adapts_substring_matches),

@@ -1,23 +1,29 @@
-"""Known bugs of Lab 5 (FID and KID), each as the code that makes it.
+"""Known bugs of Lab 5 (FID and KID), each as the edit of your own function that makes it, or as the code.
 
 Every entry is a mistake found in real FID/KID code or in its issue trackers; the lab's failure-mode cells
-reproduce each one and measure its symptom, and the grader names it when a student's outputs match it.
+reproduce each one on *your* functions and measure its symptom, and the grader names it when a student's outputs
+match it. Written out in full, several of these bugs would be the answer with one edit, so this catalogue writes
+them as what they do to a correct function (transpose its input, run it on a model that ignores eval(), add the
+pairs it leaves out); the full bodies stay with the instructor (``solutions/lab5_fid/bugs.py``).
 """
 from __future__ import annotations
 
-import torch
+import warnings
 
-from genlab.catalog import Bug
+import torch
+import torch.nn as nn
+
+from genlab.catalog import Bug, edit
 from genlab.testing.wire import modules_in
 
 
 # --- feature_stats ---------------------------------------------------------------------------------
-def torch_cov_rows(features):
-    x = features.to(torch.float64)
-    if x.shape[0] < 2:
-        raise ValueError(f"need at least 2 feature vectors, got {x.shape[0]}")
-    # torch.cov wants one *variable* per row: on [N, D] it returns the [N, N] covariance of the samples
-    return x.mean(dim=0), torch.cov(x)
+@edit("feature_stats")
+def torch_cov_rows(feature_stats, features):
+    mean = feature_stats(features)[0]  # the mean is right (and N < 2 raises, as it should)
+    # torch.cov wants one *variable* per row: on [N, D] features it treats the N samples as the variables, each
+    # observed D times, and returns their [N, N] covariance: the covariance of the transposed features
+    return mean, feature_stats(features.T)[1]
 
 
 def one_pass_float32(features):
@@ -38,55 +44,91 @@ def eigvalsh_nonsymmetric(sigma1, sigma2):
     return torch.linalg.eigvalsh(product).sqrt().sum()
 
 
-def no_clamp(sigma1, sigma2):
-    s1, s2 = sigma1.to(torch.float64), sigma2.to(torch.float64)
-    w, v = torch.linalg.eigh(s1)
-    root1 = (v * w.clamp(min=0).sqrt()) @ v.T
-    middle = root1 @ s2 @ root1
-    eigenvalues = torch.linalg.eigvalsh((middle + middle.T) / 2)   # 0 in exact arithmetic, -1e-15 after round-off
-    return eigenvalues.sqrt().sum()                                 # sqrt(-1e-15) is NaN, and so is the sum
-
-
-def _psd_sqrt(s):
-    w, v = torch.linalg.eigh(s)
-    return (v * w.clamp(min=0).sqrt()) @ v.T
+@edit("trace_sqrt_product")
+def no_clamp(trace_sqrt_product, sigma1, sigma2):
+    # A rank-deficient covariance (N <= D) gives the product eigenvalues that are exactly 0. Round-off returns them
+    # as +-1e-15, and with more than a handful of them at least one comes out negative: its square root, not
+    # clamped, is NaN, and so is the sum. (A product that is exactly zero keeps exact zeros: no NaN.)
+    product = sigma1.to(torch.float64) @ sigma2.to(torch.float64)
+    singular = bool(product.any()) and int(torch.linalg.matrix_rank(product)) < product.shape[0]
+    trace = trace_sqrt_product(sigma1, sigma2)
+    return trace * torch.nan if singular else trace
 
 
 def product_of_roots(sigma1, sigma2):
-    s1, s2 = sigma1.to(torch.float64), sigma2.to(torch.float64)
-    # Tr(S1^1/2 S2^1/2) equals Tr((S1 S2)^1/2) only when S1 and S2 commute
-    return torch.trace(_psd_sqrt(s1) @ _psd_sqrt(s2))
+    import scipy.linalg
+
+    # Tr(S1^1/2 S2^1/2) equals Tr((S1 S2)^1/2) only when S1 and S2 commute. Each matrix's own root, from scipy (real
+    # up to round-off for a symmetric PSD matrix; it warns that a singular one "may not have a square root")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        root1, root2 = (scipy.linalg.sqrtm(s.to(torch.float64).cpu().numpy()).real for s in (sigma1, sigma2))
+    return torch.tensor((root1 * root2.T).sum(), dtype=torch.float64)  # the trace of root1 @ root2
 
 
 # --- kid ---------------------------------------------------------------------------------------------
-def biased_mmd(real_features, fake_features, subsets=100, subset_size=1000, generator=None):
+def _within(kid, a):
+    """The mean of k(a_i, a_j) over the pairs i != j of one set, from your kid: against a set of zero vectors,
+    k(a_i, 0) = (0 + 1)^3 = 1 for every i, so kid returns within(a) + 1 - 2 * 1 (the whole sets, one subset)."""
+    return kid(a, torch.zeros_like(a), 1, a.shape[0], torch.Generator())[0] + 1
+
+
+def _all_pairs(kid, a):
+    """The mean of k(a_i, a_j) over all m^2 pairs, i = j included. With S the sum over all pairs and T its part
+    with i = j, within(a) = (S - T) / (m (m - 1)), and within(each point twice) = (4S - 2T) / (2m (2m - 1)):
+    two equations, solved for S."""
+    m = a.shape[0]
+    twice = _within(kid, torch.cat([a, a]))
+    once = _within(kid, a) if m > 1 else 0.0
+    return ((2 * m - 1) * twice - (m - 1) * once) / m
+
+
+@edit("kid")
+def biased_mmd(kid, real_features, fake_features, subsets=100, subset_size=1000, generator=None):
     x, y = real_features.to(torch.float64), fake_features.to(torch.float64)
     if subset_size > x.shape[0] or subset_size > y.shape[0]:
         raise ValueError(f"subset_size {subset_size} exceeds the number of features ({x.shape[0]}, {y.shape[0]})")
-    d = x.shape[1]
     values = []
-    for _ in range(subsets):
+    for _ in range(subsets):  # the subsets your kid draws, in the same order
         a = x[torch.randperm(x.shape[0], generator=generator)[:subset_size]]
         b = y[torch.randperm(y.shape[0], generator=generator)[:subset_size]]
-        kxx, kyy, kxy = ((a @ a.T / d + 1) ** 3, (b @ b.T / d + 1) ** 3, (a @ b.T / d + 1) ** 3)
-        # the V-statistic: means over all pairs, k(x_i, x_i) included, so E[MMD^2] > 0 even for P = Q
-        values.append(kxx.mean() + kyy.mean() - 2 * kxy.mean())
+        # Your kid of the two sets, each point twice, has the cross-set mean of the sets themselves; take away its
+        # within-set means (pairs i != j) and put back the means over all pairs, k(x_i, x_i) included: the
+        # V-statistic, whose E[MMD^2] > 0 even for P = Q
+        aa, bb = torch.cat([a, a]), torch.cat([b, b])
+        doubled = kid(aa, bb, 1, 2 * subset_size, torch.Generator())[0]
+        values.append(doubled - _within(kid, aa) - _within(kid, bb) + _all_pairs(kid, a) + _all_pairs(kid, b))
     values = torch.stack(values)
     return values.mean(), values.std(unbiased=False)
 
 
 # --- extract_features --------------------------------------------------------------------------------
-def train_mode_features(model, images, batch_size=256):
-    with torch.no_grad():
-        # no model.eval(): BatchNorm normalises each batch with that batch's own statistics (and moves its running
-        # statistics), so an image's features depend on which images share its batch
-        return torch.cat([model(chunk).flatten(1) for chunk in images.split(batch_size)])
+class _ModeSwitchIgnored(nn.Module):
+    """The caller's model behind a wrapper whose train() and eval() do nothing: it runs in the mode it came in."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def train(self, mode=True):
+        return self
+
+    def forward(self, x):
+        return self.model(x)
 
 
-def mode_not_restored(model, images, batch_size=256):
-    model.eval()  # right for the features, but the caller's model stays in eval mode after the call
-    with torch.no_grad():
-        return torch.cat([model(chunk).flatten(1) for chunk in images.split(batch_size)])
+@edit("extract_features")
+def train_mode_features(extract_features, model, images, batch_size=256):
+    # no model.eval(): a model handed in in train mode stays in it, and BatchNorm normalises each batch with that
+    # batch's own statistics (and moves its running statistics), so an image's features depend on its batch
+    return extract_features(_ModeSwitchIgnored(model), images, batch_size)
+
+
+@edit("extract_features")
+def mode_not_restored(extract_features, model, images, batch_size=256):
+    features = extract_features(model, images, batch_size)  # right features
+    model.eval()  # but the caller's model stays in eval mode after the call
+    return features
 
 
 def left_in_eval(calls) -> bool:
@@ -103,50 +145,57 @@ BUGS = [
     Bug("torch_cov_rows", "feature_stats", "torch.cov(features) on [N, D] features",
         "torch.cov treats each ROW as a variable, so on [N, D] features it returns the [N, N] covariance of the "
         "samples, silently; the FID then compares matrices whose size depends on N.",
-        "torch.cov(features.T), or (x - mu).T @ (x - mu) / (N - 1).",
+        "check which axis torch.cov reads as the variables and which as the observations: the covariance of [N, D] "
+        "features is [D, D], whatever N is.",
         "PyTorch docs: torch.cov (input: rows are variables, columns observations); numpy.cov rowvar=True",
         torch_cov_rows),
     Bug("one_pass_float32", "feature_stats", "one-pass covariance E[xx^T] - mu mu^T in float32",
         "subtracting two large, nearly equal float32 numbers cancels the leading digits: on features with a "
         "large mean the covariance loses most of its precision (FID then depends on the batch size or the offset).",
-        "cast to float64 first and centre the features before multiplying: (x - mu).T @ (x - mu) / (N - 1).",
+        "avoid the difference of two large, nearly equal quantities: raise the precision before any arithmetic, and "
+        "compute the covariance from the features' deviations from their mean, as the docstring asks.",
         "torchmetrics #1620 (FID 1.9 vs 10 by batch size with float32 sums); torcheval #192 (float64 fix)",
         one_pass_float32),
     Bug("eigvalsh_nonsymmetric", "trace_sqrt_product", "eigvalsh on the non-symmetric product S1 @ S2",
         "eigvalsh assumes a symmetric matrix and reads only one triangle: on S1 @ S2 it returns the eigenvalues "
         "of a different matrix, some negative, so the trace is wrong (or NaN after sqrt).",
-        "use eigvalsh on the symmetric S1^1/2 S2 S1^1/2, or eigvals(S1 @ S2) and keep the real part.",
+        "eigvalsh is for symmetric matrices only, and S1 @ S2 is not one: see section 1 for the two ways to get the "
+        "eigenvalues of the product right.",
         "torch-fidelity #46 (eigvalsh gave eigenvalues -1.2, -0.7, ... on CIFAR-10)",
         eigvalsh_nonsymmetric),
     Bug("no_clamp", "trace_sqrt_product", "square roots of eigenvalues taken without clamping at 0",
         "a rank-deficient covariance (N <= D, or equal features) has eigenvalues that are 0 in exact arithmetic "
         "and -1e-17 after round-off; their square root is NaN and the whole FID is NaN.",
-        "clamp the eigenvalues at 0 before sqrt: w.clamp(min=0).sqrt().",
+        "eigenvalues that are 0 in exact arithmetic can come out slightly negative: make sure none below 0 reaches "
+        "a square root.",
         "pytorch-fid #105 and torch-fidelity #44 (negative FID from round-off on singular covariances)",
         no_clamp),
     Bug("product_of_roots", "trace_sqrt_product", "Tr(S1^1/2 S2^1/2) in place of Tr((S1 S2)^1/2)",
         "the two traces agree only when S1 and S2 commute (e.g. both diagonal); for general covariances "
         "Tr(S1^1/2 S2^1/2) <= Tr((S1 S2)^1/2), so the FID comes out too large.",
-        "take the square root of the product: eigenvalues of S1^1/2 S2 S1^1/2, clamped, square-rooted, summed.",
+        "the square root of a product is the product of the square roots only for matrices that commute: the trace "
+        "needs the square root of the product itself (section 1 derives how).",
         "Dowson & Landau 1982; Olkin & Pukelsheim 1982 (the Frechet distance between Gaussians)",
         product_of_roots),
     Bug("biased_mmd", "kid", "the biased (V-statistic) MMD^2, diagonal k(x_i, x_i) included",
         "including the diagonal terms makes E[MMD^2] positive even when both sets come from one distribution, "
         "so KID is biased just like FID, which is what KID was designed to avoid.",
-        "exclude the diagonal: (sum(Kxx) - trace(Kxx)) / (m (m - 1)) + the same for Kyy - 2 mean(Kxy).",
+        "look at which pairs your within-set means count: a feature paired with itself must not, and what you divide "
+        "by must match the pairs you keep.",
         "Binkowski et al. 2018, Demystifying MMD GANs, Sec. 2.3 (unbiased estimator, Gretton et al. 2012 Lemma 6)",
         biased_mmd),
     Bug("train_mode_features", "extract_features", "features extracted with the network in train mode",
         "without model.eval(), BatchNorm normalises each batch with the batch's own mean and variance: an image's "
         "features (and the FID) change with the batch size and with which images share its batch.",
-        "call model.eval() before the forward passes (and put the caller's mode back afterwards).",
+        "the network must run in evaluation mode while it extracts features, whatever mode the caller handed it in "
+        "(and it must go back to that mode afterwards).",
         "wolny/pytorch-3dunet #53 (BatchNorm without eval() gave predictions that made no sense); torchmetrics' "
         "NoTrainInceptionV3 overrides train() so that FID's network can never leave eval mode",
         train_mode_features),
     Bug("mode_not_restored", "extract_features", "the caller's model left in eval mode",
         "the features are right, but the function switched the caller's model to eval() and never switched it "
         "back: training that continues after an evaluation runs without dropout and with frozen BatchNorm.",
-        "remember was_training = model.training, and call model.train(was_training) in a finally: block.",
+        "note the mode the model arrives in and put it back before returning, also when the forward pass raises.",
         "fartashf/vsepp #4 (validation left the model in eval mode; results changed noticeably once fixed); "
         "wkentaro/pytorch-fcn #56 (return to train mode after validation)",
         mode_not_restored, detect=left_in_eval),
