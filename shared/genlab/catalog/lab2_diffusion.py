@@ -184,7 +184,7 @@ BUGS = [
         "t = 0 needs its own case: check what your index for the previous step reads at t = 0; before the first "
         "step nothing is noised yet, a value the table does not hold.",
         "Ho et al. 2020, eq. 7 (alpha_bar_0 := 1 in the paper's 1-indexing); diffusers DDPMScheduler.step "
-        "(alpha_prod_t_prev = self.one if prev_t < 0)",
+        "(its case for prev_t < 0)",
         alpha_bar_prev_wraps),
     Bug("x0_as_target", "ddpm_loss", "the loss regresses the clean image instead of the noise",
         "with the clean image as the target the network learns to predict the image, and a sampler that reads its "
@@ -207,6 +207,6 @@ BUGS = [
         "check how the standard normal draw is scaled: a variance and a standard deviation differ by a square "
         "root.",
         "Ho et al. 2020, Algorithm 2 line 4 (+ sigma_t z); diffusers DDPMScheduler.step "
-        "(self._get_variance(t) ** 0.5 * variance_noise)",
+        "(how it scales variance_noise)",
         variance_as_std),
 ]
