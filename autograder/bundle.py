@@ -145,12 +145,12 @@ def fingerprints(lab: LabFolder) -> list[dict]:
     import io
 
     from genlab.catalog import Edit, bugs_for, runnable
-    from genlab.selfcheck import visible_runs
+    from genlab.selfcheck import as_data, visible_runs
     from genlab.testing.diagnosis import replay, same
     from genlab.testing.notebook import LabNotebook
     from genlab.testing.reference import Reference, execute_reference
 
-    edits = [b for b in bugs_for(lab.id) if isinstance(b.impl, Edit) and b.detect is None]
+    edits = [b for b in bugs_for(lab.id) if isinstance(b.impl, Edit) and b.detect is None]  # detect: no need
     if not edits:
         return []
     source = LabNotebook.read(lab.source)
@@ -167,8 +167,8 @@ def fingerprints(lab: LabFolder) -> list[dict]:
                         continue  # random, or the bug and the reference agree here: says nothing
                     if isinstance(outcome, BaseException):
                         outcome = {"error": type(outcome).__name__}
-                    entry = {"bug": bug.id, "test": test_id, "kind": c.kind, "args": list(c.args),
-                             "kwargs": dict(c.kwargs), "outcome": outcome}
+                    entry = {"bug": bug.id, "test": test_id, "kind": c.kind, "args": as_data(c.args),
+                             "kwargs": as_data(c.kwargs), "outcome": as_data(outcome)}
                     buffer = io.BytesIO()
                     try:
                         torch.save(entry, buffer)

@@ -90,3 +90,13 @@ def test_without_a_reference_an_edit_is_never_replayed_on_the_students_own_funct
     wrong = LocalFunction(lambda mu, logvar, eps=None: mu * 0, "reparameterize", recorder)
     wrong(torch.randn(4, 3), torch.randn(4, 3), torch.randn(4, 3))
     assert [b.id for b in _diagnose_alone("lab1_vae", recorder, "reparameterize_value")] == []
+
+
+def test_without_a_reference_a_symptom_the_calls_show_by_themselves_is_still_named():
+    """A bug named by ``detect`` (one noise draw for the whole batch) needs no reference and no fingerprint."""
+    from genlab.selfcheck import _diagnose_alone
+
+    recorder = Recorder()
+    shared = LocalFunction(LabFolder(ROOT, "lab1_vae").bodies["eps_shared_across_batch"], "reparameterize", recorder)
+    shared(torch.zeros(8, 3), torch.zeros(8, 3))
+    assert [b.id for b in _diagnose_alone("lab1_vae", recorder, "reparameterize_noise")] == ["eps_shared_across_batch"]

@@ -98,6 +98,22 @@ def fingerprints(lab: str) -> list[dict]:
         return torch.load(file, weights_only=True)
 
 
+def as_data(value):
+    """A call's argument as plain data torch can store and load (``weights_only``), and ``same`` compare: a
+    generator as its state, a module as its class name and weights, a dict as sorted pairs."""
+    import torch
+
+    if isinstance(value, torch.Generator):
+        return ("torch.Generator", value.get_state())
+    if isinstance(value, torch.nn.Module):
+        return ("module", type(value).__name__, tuple((k, v.detach()) for k, v in value.state_dict().items()))
+    if isinstance(value, dict):
+        return tuple(sorted((str(k), as_data(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(as_data(v) for v in value)
+    return value
+
+
 def _matches_fingerprint(bug, entries: list[dict], calls) -> bool:
     """The student's outcomes equal the bug's on every fingerprinted call they made (at least one)."""
     from genlab.testing.diagnosis import same, student_outcome
@@ -105,14 +121,14 @@ def _matches_fingerprint(bug, entries: list[dict], calls) -> bool:
     matched = 0
     for entry in entries:
         for c in calls:
-            if c.kind != entry["kind"] or not same(list(c.args), list(entry["args"])) or \
-                    not same(sorted(c.kwargs.items()), sorted(entry["kwargs"].items())):
+            if c.kind != entry["kind"] or not same(as_data(c.args), entry["args"]) or \
+                    not same(as_data(c.kwargs), entry["kwargs"]):
                 continue
             outcome, expected = student_outcome(c), entry["outcome"]
             if isinstance(expected, dict) and "error" in expected:
                 agree = isinstance(outcome, BaseException) and type(outcome).__name__ == expected["error"]
             else:
-                agree = not isinstance(outcome, BaseException) and same(outcome, expected)
+                agree = not isinstance(outcome, BaseException) and same(as_data(outcome), expected)
             if not agree:
                 return False
             matched += 1
@@ -132,12 +148,17 @@ def _diagnose_alone(lab: str, recorder: Recorder, test_id: str | None = None):
     prints = [e for e in fingerprints(lab) if e["test"] == test_id]
     for bug in bugs_for(lab):
         calls = [c for c in recorder.calls if c.name == bug.function and c.kind in bug.kinds]
-        if isinstance(bug.impl, Edit):
-            entries = [e for e in prints if e["bug"] == bug.id]
-            if bug.detect is None and entries and _matches_fingerprint(bug, entries, calls):
+        if bug.detect is not None:  # a symptom the calls show by themselves (a time ratio, noise shared)
+            own = [c for c in recorder.calls if c.name == bug.function]
+            if own and bug.detect(own):
                 found.append(bug)
             continue
-        if bug.detect is not None or not calls:
+        if isinstance(bug.impl, Edit):
+            entries = [e for e in prints if e["bug"] == bug.id]
+            if entries and _matches_fingerprint(bug, entries, calls):
+                found.append(bug)
+            continue
+        if not calls:
             continue
         deterministic = [c for c in calls if same(replay(bug.impl, c), replay(bug.impl, c))]
         if deterministic and all(same(student_outcome(c), replay(bug.impl, c)) for c in deterministic):
