@@ -57,6 +57,9 @@ Labs in this bundle: {labs}.
 """
 
 
+COURSE_FOLDERS = {"labs", "solutions", "shared", "autograder", "tests"}  # never replaced by a bundle
+
+
 @dataclass
 class StudentBundle:
     path: Path
@@ -90,8 +93,7 @@ class StudentBundle:
 def student_bundle(root: Path, out: Path) -> StudentBundle:
     """Writes the student bundle for the course at ``root`` into ``out`` (replaced) and checks it."""
     root, out = Path(root).resolve(), Path(out).resolve()
-    if out == root or out in root.parents or (out.parent == root and (out / "..").resolve() == root
-                                              and out.name in {"labs", "solutions", "shared", "autograder", "tests"}):
+    if out == root or out in root.parents or (out.parent == root and out.name in COURSE_FOLDERS):
         raise ValueError(f"{out} holds the course itself: write the bundle to a folder of its own")
     if out.exists():
         shutil.rmtree(out)
