@@ -26,9 +26,9 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder import leaks
 import torch
 
+from autograder import leaks
 from autograder.labs import LabFolder, discover
 
 README = """# genlab: the labs
@@ -119,8 +119,8 @@ def check(root: Path, bundle: StudentBundle) -> StudentBundle:
 def build_wheel(root: Path, wheels: Path) -> Path:
     """The student package alone, as a wheel: ``shared/genlab`` with the project's dependencies and the
     student's ``genlab`` command. Built offline by pip with the setuptools already installed."""
-    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
-    package_data = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    pyproject = tomllib.loads((root / "pyproject.toml").read_text())
+    project, package_data = pyproject["project"], pyproject["tool"]["setuptools"]["package-data"]
     wheels.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         stage = Path(tmp)
