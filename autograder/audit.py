@@ -11,7 +11,16 @@ student function bound to the reference except the mutated one, all of them in t
   reference ran them, plus random inputs of the same shapes and dtypes) beside the reference, and is
   **probably equivalent** when values, dtypes, gradients and the inputs' state afterwards all agree, else
   **survived**: a bug the tests let through;
+- **allowed** when it differs from the reference only in what the lab's text leaves free, as its table
+  ``what_the_tests_check`` says (:attr:`genlab.testing.notebook.LabNotebook.spec_table`: ``gradients``,
+  ``dtype``): not a bug, so not counted;
 - **invalid** when its cell does not even run (never counted).
+
+A class (an ``nn.Module``) is probed as the tests use it: each construction the tests made, with the same
+seed for the reference and the mutant, then the module's state, and its forward on the inputs the tests
+passed (and random ones of the same shapes) in training and in eval mode, with gradients to its parameters
+and inputs. Random probe inputs keep the structure of the recorded ones: a symmetric positive semi-definite
+matrix (a covariance) is replaced by another one, a probability by a probability.
 
 The score is ``(killed + timeout) / (killed + timeout + survived)``.
 """
@@ -33,7 +42,8 @@ from autograder.mutants import Mutant, mutants, normalized
 from genlab.testing.calls import LocalFunction, Recorder, detached
 from genlab.testing.runner import run_test
 
-KILLED, TIMEOUT, SURVIVED, EQUIVALENT, INVALID = "killed", "timeout", "survived", "probably equivalent", "invalid"
+KILLED, TIMEOUT, SURVIVED, EQUIVALENT, ALLOWED, INVALID = (
+    "killed", "timeout", "survived", "probably equivalent", "allowed", "invalid")
 MAX_PROBE_CALLS = 6        # recorded calls used as probes (evenly spread over the tests' calls)
 RANDOM_PROBES = 2          # random inputs per recorded call
 
@@ -64,6 +74,7 @@ class MutantResult:
     line: int
     status: str
     killed_by: str | None = None
+    killed_at: int = 0          # the line of that test which failed
     message: str = ""
     diff: str = ""
     seconds: float = 0.0
@@ -92,7 +103,8 @@ class FunctionReport:
     def as_dict(self) -> dict:
         d = asdict(self)
         d.update({"killed": self.count(KILLED), "timeouts": self.count(TIMEOUT), "survived": self.count(SURVIVED),
-                  "probably_equivalent": self.count(EQUIVALENT), "invalid": self.count(INVALID),
+                  "probably_equivalent": self.count(EQUIVALENT), "allowed": self.count(ALLOWED),
+                  "invalid": self.count(INVALID),
                   "score": self.score})
         return d
 
@@ -122,7 +134,7 @@ class Auditor:
 
     def run_tests(self, function: str, impl, tests: list[str], limits: dict[str, float] | None = None,
                   stop_at_first: bool = True, recorder: Recorder | None = None):
-        """Runs ``tests`` against ``impl``; returns [(test, status, message, seconds)]."""
+        """Runs ``tests`` against ``impl``; returns [(test, status, message, seconds, failing line)]."""
         recorder = recorder if recorder is not None else Recorder()
         results = []
         for test in tests:
@@ -133,12 +145,12 @@ class Auditor:
                 with warnings.catch_warnings(record=True), contextlib.redirect_stdout(io.StringIO()), \
                         time_limit(limit):
                     outcome = run_test(test, self.tests[test]["source"], namespace)
-                status, message = str(outcome.status), outcome.message
+                status, message, line = str(outcome.status), outcome.message, outcome.line
             except MutantTimeout as exc:
-                status, message = TIMEOUT, f"{test}: {exc}"
+                status, message, line = TIMEOUT, f"{test}: {exc}", 0
             except RecursionError as exc:
-                status, message = "error", f"RecursionError: {exc}"
-            results.append((test, status, message, time.perf_counter() - start))
+                status, message, line = "error", f"RecursionError: {exc}", 0
+            results.append((test, status, message, time.perf_counter() - start, line))
             if stop_at_first and status != "passed":
                 break
         return results
@@ -153,10 +165,25 @@ def compile_cell(source: str, function: str, reference_ns: dict):
 
 
 # -- probable equivalence ---------------------------------------------------------------------------------------
+def _is_covariance(t: torch.Tensor) -> bool:
+    """A symmetric positive semi-definite matrix (up to rounding): a covariance, a Gram matrix."""
+    if t.dim() != 2 or t.shape[0] != t.shape[1] or t.shape[0] < 2:
+        return False
+    base = t.detach().double()
+    scale = base.abs().max().item() or 1.0
+    return torch.allclose(base, base.T, atol=1e-6 * scale, rtol=0) and \
+        torch.linalg.eigvalsh((base + base.T) / 2).min().item() >= -1e-6 * scale
+
+
 def _random_like(t: torch.Tensor, g: torch.Generator) -> torch.Tensor:
     if not t.is_floating_point() or t.numel() == 0:
         return t.clone()
     base = t.detach().double()
+    if _is_covariance(t):   # the function's domain: another covariance of the same size and scale
+        n = t.shape[0]
+        a = torch.randn(n, n + 3, generator=g, dtype=torch.float64)
+        r = a @ a.T / (n + 3) * (torch.trace(base).item() / n or 1.0)
+        return r.to(dtype=t.dtype, device=t.device)
     r = torch.randn(t.shape, generator=g, dtype=torch.float64)
     lo, hi = base.min().item(), base.max().item()
     if lo >= 0 and hi <= 1:
@@ -183,16 +210,21 @@ def _fresh(value):
     return detached(value, keep_grad=True)
 
 
-def _differ(a, b, what: str) -> str | None:
-    """None when ``a`` and ``b`` agree (values, dtypes, shapes, module state), else what differs."""
+def _differ(a, b, what: str, free: frozenset = frozenset()) -> str | None:
+    """None when ``a`` and ``b`` agree (values, dtypes, shapes, module state), else what differs; what the
+    lab's text leaves ``free`` (``dtype``: compared at the lower precision; ``gradients``) is not compared."""
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
             return f"{what}: {type(a).__name__} vs {type(b).__name__}"
+        x, y = a.detach(), b.detach()
+        if "dtype" in free and x.dtype != y.dtype and x.is_floating_point() and y.is_floating_point():
+            lower = x.dtype if torch.finfo(x.dtype).eps > torch.finfo(y.dtype).eps else y.dtype
+            x, y = x.to(lower), y.to(lower)
         try:
-            torch.testing.assert_close(b.detach(), a.detach(), equal_nan=True)
+            torch.testing.assert_close(y, x, equal_nan=True)
         except AssertionError as exc:
             return f"{what}: {str(exc).splitlines()[0]}"
-        if a.requires_grad != b.requires_grad:
+        if a.requires_grad != b.requires_grad and "gradients" not in free:
             return f"{what}: requires_grad {a.requires_grad} vs {b.requires_grad}"
         return None
     if isinstance(a, torch.Generator) and isinstance(b, torch.Generator):
@@ -204,7 +236,7 @@ def _differ(a, b, what: str) -> str | None:
         if list(sa) != list(sb):
             return f"{what}: state_dict keys"
         for k in sa:
-            d = _differ(sa[k], sb[k], f"{what}.{k}")
+            d = _differ(sa[k], sb[k], f"{what}.{k}", free)
             if d:
                 return d
         return None
@@ -212,7 +244,7 @@ def _differ(a, b, what: str) -> str | None:
         if type(a) is not type(b) or len(a) != len(b):
             return f"{what}: {type(a).__name__} of {len(a)} vs {type(b).__name__} of {len(b)}"
         for i, (x, y) in enumerate(zip(a, b)):
-            d = _differ(x, y, f"{what}[{i}]")
+            d = _differ(x, y, f"{what}[{i}]", free)
             if d:
                 return d
         return None
@@ -220,7 +252,7 @@ def _differ(a, b, what: str) -> str | None:
         if list(a) != list(b):
             return f"{what}: keys"
         for k in a:
-            d = _differ(a[k], b[k], f"{what}[{k!r}]")
+            d = _differ(a[k], b[k], f"{what}[{k!r}]", free)
             if d:
                 return d
         return None
@@ -235,9 +267,8 @@ def _differ(a, b, what: str) -> str | None:
         return None if repr(a) == repr(b) else f"{what}: differs"
 
 
-def _run_once(fn, args, kwargs, seed: int, with_grad: bool):
-    """(result, grads of the float inputs, inputs after), or :class:`Raised`."""
-    args, kwargs = _fresh(args), _fresh(kwargs)
+def _leaves(value, with_grad: bool) -> list[torch.Tensor]:
+    """With ``with_grad``, every float tensor in ``value`` made a leaf that requires grad (returned)."""
     leaves = []
     if with_grad:
         def mark(t):
@@ -245,23 +276,95 @@ def _run_once(fn, args, kwargs, seed: int, with_grad: bool):
                 t.requires_grad_(True)
                 leaves.append(t)
             return t
-        _map_tensors((args, kwargs), mark)
+        _map_tensors(value, mark)
+    return leaves
+
+
+def _grads(out, wrt: list[torch.Tensor], seed: int):
+    """Gradients of a random weighted sum of the float outputs that reach the graph, w.r.t. ``wrt``."""
+    outs = [t for t in _flat(out) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad]
+    if not outs:
+        return ("no output reaches the graph",)
+    g = torch.Generator().manual_seed(seed)
+    loss = sum((o * torch.randn(o.shape, generator=g, dtype=torch.float64).to(o.dtype)).sum() for o in outs)
+    return torch.autograd.grad(loss, wrt, allow_unused=True) if wrt else ()
+
+
+def _run_once(fn, args, kwargs, seed: int, with_grad: bool):
+    """[(what, value)]: the result, the grads of the float inputs, the inputs after; or :class:`Raised`."""
+    args, kwargs = _fresh(args), _fresh(kwargs)
+    leaves = _leaves((args, kwargs), with_grad)
     torch.manual_seed(seed)
     try:
         out = fn(*args, **kwargs)
-        grads = None
-        if with_grad:
-            outs = [t for t in _flat(out) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad]
-            if outs:
-                g = torch.Generator().manual_seed(seed)
-                loss = sum((o * torch.randn(o.shape, generator=g, dtype=torch.float64).to(o.dtype)).sum()
-                           for o in outs)
-                grads = torch.autograd.grad(loss, leaves, allow_unused=True)
-            else:
-                grads = ("no output reaches the graph",)
+        grads = _grads(out, leaves, seed) if with_grad else None
     except Exception as exc:  # noqa: BLE001
         return Raised(type(exc).__name__)
-    return (out, grads, (args, kwargs))
+    return [("result", out), ("gradients", grads), ("inputs after the call", (args, kwargs))]
+
+
+@dataclass
+class ModuleProbe:
+    """One construction of an ``nn.Module`` class the tests made, and one input to its forward (or None)."""
+
+    args: tuple
+    kwargs: dict
+    forward: tuple[tuple, dict] | None = None
+    training: bool = True
+
+
+def _run_module(cls, probe: ModuleProbe, seed: int, with_grad: bool):
+    """[(what, value)]: the module as built, then its output and gradients (to its parameters and float
+    inputs) in the probe's mode; or :class:`Raised`."""
+    args, kwargs = _fresh(probe.args), _fresh(probe.kwargs)
+    torch.manual_seed(seed)
+    try:
+        module = cls(*args, **kwargs)
+        built = [("the module as built", module),
+                 ("which parameters train", [(n, p.requires_grad) for n, p in module.named_parameters()])]
+        if probe.forward is None:
+            return built
+        module.train(probe.training)
+        f_args, f_kwargs = _fresh(probe.forward)
+        leaves = _leaves((f_args, f_kwargs), with_grad)
+        torch.manual_seed(seed + 1)
+        out = module(*f_args, **f_kwargs)
+        wrt = [p for p in module.parameters() if p.requires_grad] + leaves
+        grads = _grads(out, wrt, seed) if with_grad else None
+    except Exception as exc:  # noqa: BLE001
+        return Raised(type(exc).__name__)
+    mode = "training" if probe.training else "eval"
+    return built + [(f"forward in {mode} mode", out), (f"gradients in {mode} mode", grads)]
+
+
+def recording_class(cls: type, log: list[dict]) -> type:
+    """A subclass of ``cls`` (same name) that logs each construction's arguments and, for a module, the first
+    two inputs each instance's forward received: the probes of a class, as the tests used it."""
+    def __init__(self, *args, **kwargs):
+        entry = {"args": detached(args), "kwargs": detached(kwargs), "forward": []}
+        cls.__init__(self, *args, **kwargs)
+        log.append(entry)
+        if isinstance(self, torch.nn.Module):
+            def record(module, f_args, f_kwargs):
+                if len(entry["forward"]) < 2:
+                    entry["forward"].append((detached(f_args), detached(f_kwargs)))
+            self.register_forward_pre_hook(record, with_kwargs=True)
+    return type(cls.__name__, (cls,), {"__init__": __init__, "__qualname__": cls.__qualname__,
+                                       "__module__": cls.__module__, "__doc__": cls.__doc__})
+
+
+def module_probes(log: list[dict], seed: int = 0) -> list[ModuleProbe]:
+    """Each recorded construction (at most MAX_PROBE_CALLS, spread evenly) with its recorded forward inputs
+    and one random version of them, each in training and in eval mode."""
+    chosen = _spread(log, MAX_PROBE_CALLS)
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for entry in chosen:
+        out.append(ModuleProbe(entry["args"], entry["kwargs"]))
+        inputs = entry["forward"][:1]
+        inputs += [_map_tensors(f, lambda t: _random_like(t, g)) for f in inputs]
+        out += [ModuleProbe(entry["args"], entry["kwargs"], f, training) for f in inputs for training in (True, False)]
+    return out
 
 
 @dataclass
@@ -300,28 +403,34 @@ def probes(calls, seed: int = 0) -> list[tuple[tuple, dict]]:
     return out
 
 
-def equivalence(mutant_fn, reference_fn, probe_inputs, timeout_s: float = 20.0) -> str | None:
-    """None when the mutant agrees with the reference on every probe, else the first difference."""
+def equivalence(mutant_fn, reference_fn, probe_inputs, timeout_s: float = 20.0,
+                free: frozenset = frozenset()) -> str | None:
+    """None when the mutant agrees with the reference on every probe, else the first difference. Probes are
+    (args, kwargs) of a call, or :class:`ModuleProbe` for a class; what is ``free`` is not compared
+    (``gradients``: nothing is differentiated)."""
     if not probe_inputs:
         return "no probe inputs: the tests never called the function"
     compared = 0
-    for i, (args, kwargs) in enumerate(probe_inputs):
-        for with_grad in (False, True):
-            want = _run_once(reference_fn, args, kwargs, seed=1000 + i, with_grad=with_grad)
+    for i, probe in enumerate(probe_inputs):
+        def run(fn, with_grad):
+            if isinstance(probe, ModuleProbe):
+                return _run_module(fn, probe, seed=1000 + i, with_grad=with_grad)
+            return _run_once(fn, *probe, seed=1000 + i, with_grad=with_grad)
+        for with_grad in (False,) if "gradients" in free else (False, True):
+            want = run(reference_fn, with_grad)
             if isinstance(want, Raised):
                 continue   # not a valid input for the reference: says nothing
             try:
                 with time_limit(timeout_s):
-                    got = _run_once(mutant_fn, args, kwargs, seed=1000 + i, with_grad=with_grad)
+                    got = run(mutant_fn, with_grad)
             except MutantTimeout:
                 return f"probe {i}: ran past {timeout_s:g} s"
             where = f"probe {i}{' (with grad)' if with_grad else ''}"
             if isinstance(got, Raised):
                 return f"{where}: the mutant raised {got.error}"
             compared += 1
-            for label, a, b in (("result", want[0], got[0]), ("gradients", want[1], got[1]),
-                                ("inputs after the call", want[2], got[2])):
-                d = _differ(a, b, f"{where}: {label}")
+            for (label, a), (_, b) in zip(want, got):
+                d = _differ(a, b, f"{where}: {label}", free)
                 if d:
                     return d
     return None if compared else "no probe input that the reference accepts"
@@ -339,16 +448,21 @@ def audit_function(auditor: Auditor, function: str, max_mutants: int | None = No
     report = FunctionReport(lab.id, function, tests, len(all_mutants))
 
     # the reference, as every mutant is written (unparsed), must pass; its calls are the probes
-    recorder = Recorder()
+    recorder, constructions = Recorder(), []
     reference_fn = compile_cell(normalized(source), function, auditor.reference_ns)
-    baseline = auditor.run_tests(function, reference_fn, tests, stop_at_first=False, recorder=recorder)
-    for test, status, message, _ in baseline:
+    is_class = isinstance(reference_fn, type)
+    baseline = auditor.run_tests(function, recording_class(reference_fn, constructions) if is_class else reference_fn,
+                                 tests, stop_at_first=False, recorder=recorder)
+    for test, status, message, _, _ in baseline:
         if status != "passed":
             report.baseline_failures[test] = f"{status}: {message}"[:500]
-    seconds = {t: s for t, status, _, s in baseline if status == "passed"}
+    seconds = {t: s for t, status, _, s, _ in baseline if status == "passed"}
     good = sorted(seconds, key=seconds.get)   # cheapest first: most mutants die in the first test
     limits = {t: max(auditor.test_timeout_s, auditor.timeout_factor * s) for t, s in seconds.items()}
-    probe_inputs = probes([c for c in recorder.calls if c.name == function])
+    probe_inputs = module_probes(constructions) if is_class else probes(
+        [c for c in recorder.calls if c.name == function])
+    row = lab.source.spec_table.get(function)
+    free = row.freedoms if row else frozenset()
     if not good:
         # Every mutant would "survive" tests that cannot run here (e.g. a test needing a `grade-needs` cell's
         # state, which the audit does not run): nothing to learn, so nothing is run.
@@ -368,14 +482,18 @@ def audit_function(auditor: Auditor, function: str, max_mutants: int | None = No
             outcome = auditor.run_tests(function, fn, good, limits)
             failed = [r for r in outcome if r[1] != "passed"]
             if failed:
-                test, status, message, _ = failed[0]
+                test, status, message, _, line = failed[0]
                 result.status = TIMEOUT if status == TIMEOUT else KILLED
-                result.killed_by, result.message = test, message[:300]
+                result.killed_by, result.killed_at, result.message = test, line, message[:300]
             else:
                 difference = equivalence(fn, reference_fn, probe_inputs, auditor.test_timeout_s)
                 if difference is None:
                     result.status = EQUIVALENT
                     result.message = f"agrees with the reference on {len(probe_inputs)} probe inputs"
+                elif free and equivalence(fn, reference_fn, probe_inputs, auditor.test_timeout_s, free) is None:
+                    result.status = ALLOWED
+                    result.message = (f"{difference[:250]}; the lab's text leaves {', '.join(sorted(free))} free "
+                                      f"for {function}")
                 else:
                     result.message = difference[:300]
         result.seconds = time.perf_counter() - t0
@@ -409,12 +527,13 @@ def audit_lab(root: Path, lab_id: str, functions: list[str] | None = None, max_m
 
 
 def table(reports: list[FunctionReport]) -> str:
-    head = ("lab", "function", "tests", "mutants", "killed", "timeout", "survived", "equiv?", "invalid", "score",
-            "seconds")
+    head = ("lab", "function", "tests", "mutants", "killed", "timeout", "survived", "equiv?", "allowed", "invalid",
+            "score", "seconds")
     rows = [head]
     for r in reports:
         rows.append((r.lab, r.function, str(len(r.tests)), f"{len(r.mutants)}/{r.generated}", str(r.count(KILLED)),
-                     str(r.count(TIMEOUT)), str(r.count(SURVIVED)), str(r.count(EQUIVALENT)), str(r.count(INVALID)),
+                     str(r.count(TIMEOUT)), str(r.count(SURVIVED)), str(r.count(EQUIVALENT)), str(r.count(ALLOWED)),
+                     str(r.count(INVALID)),
                      "skipped" if r.skipped else "-" if r.score is None else f"{r.score:.0%}", f"{r.seconds:.1f}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
@@ -433,10 +552,11 @@ def details(reports: list[FunctionReport]) -> str:
             if m.status == SURVIVED:
                 out.append(f"\n[{r.function}] SURVIVED mutant {m.index} ({m.operator}: {m.description}); "
                            f"differs from the reference at {m.message}\n{m.diff}")
-        eq = [m for m in r.mutants if m.status == EQUIVALENT]
-        if eq:
-            out.append(f"\n[{r.function}] probably equivalent: " +
-                       "; ".join(f"{m.index} ({m.operator}: {m.description})" for m in eq))
+        for status in (EQUIVALENT, ALLOWED):
+            same = [m for m in r.mutants if m.status == status]
+            if same:
+                out.append(f"\n[{r.function}] {status}: " +
+                           "; ".join(f"{m.index} ({m.operator}: {m.description})" for m in same))
     return "\n".join(out)
 
 

@@ -86,6 +86,10 @@ def cmd_audit(args) -> int:
     if args.lab != "all" and args.lab not in lab_ids(root):
         print(f"genlab audit: no lab {args.lab} under {root / 'solutions'}", file=sys.stderr)
         return 2
+    if args.write_sentinels and (args.function or args.max_mutants is not None):
+        print("genlab audit: --write-sentinels needs the whole audit of each lab (no --function, no --max-mutants)",
+              file=sys.stderr)
+        return 2
 
     def progress(m):
         if not args.quiet:
@@ -106,6 +110,17 @@ def cmd_audit(args) -> int:
     if args.json:
         write_json(reports, Path(args.json))
         print(f"\nreport: {Path(args.json).resolve()}")
+    if args.write_sentinels:
+        from autograder import sentinels
+        from autograder.audit import Auditor
+        from autograder.pipeline import Lab
+
+        for lab_id in labs:
+            auditor = Auditor(Lab.load(root, lab_id), test_timeout_s=args.test_timeout)
+            chosen = [s for r in reports if r.lab == lab_id for s in sentinels.choose(auditor, r)]
+            path = root / "solutions" / lab_id / sentinels.FILE
+            sentinels.write(path, chosen)
+            print(f"{lab_id}: {len(chosen)} sentinels (mutants that one assertion alone catches) -> {path}")
     return 0
 
 
@@ -159,6 +174,9 @@ def main(argv=None) -> int:
                    help="seconds per test and mutant at least (10x the reference's time when longer)")
     p.add_argument("--json", help="write the full report (every mutant, with its diff) here")
     p.add_argument("--quiet", action="store_true", help="no line per mutant on stderr")
+    p.add_argument("--write-sentinels", action="store_true",
+                   help="write solutions/<lab>/sentinels.json: the mutants that one assertion alone catches, "
+                        "which `make test` checks are still caught")
     p.set_defaults(func=cmd_audit)
 
     args = parser.parse_args(argv)

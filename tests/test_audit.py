@@ -198,3 +198,158 @@ def test_gaussian_kl_mutants_are_killed_and_weakened_tests_lower_the_score(vae_l
     report = json.loads(out.read_text())
     assert report[0]["function"] == "gaussian_kl" and len(report[0]["mutants"]) == 4
     assert report[0]["generated"] == full.generated
+
+
+# -- the fixed subset that `make test` runs: sentinels (autograder/sentinels.py) ---------------------------------
+from autograder import sentinels  # noqa: E402
+from autograder.labs import lab_ids  # noqa: E402
+
+
+@pytest.mark.parametrize("lab_id", lab_ids(ROOT))
+def test_every_sentinel_is_still_caught_by_its_test(lab_id):
+    """Each assertion that alone catches some mutant (per the last full audit) still does."""
+    from autograder.pipeline import Lab
+
+    chosen = sentinels.read(ROOT / "solutions" / lab_id / sentinels.FILE)
+    assert chosen, f"{lab_id} has no sentinels: run `genlab audit {lab_id} --write-sentinels`"
+    lab = Lab.load(ROOT, lab_id)
+    graded = {t["function"] for t in lab.tests.values()}
+    problems = sentinels.survivors(Auditor(lab), chosen)
+    assert not problems, "\n\n".join(problems)
+    assert {s.function for s in chosen} <= graded
+
+
+def _hidden_block(source: str) -> range:
+    lines = source.splitlines()
+    begin = next(i for i, l in enumerate(lines, 1) if "BEGIN HIDDEN TESTS" in l)
+    end = next(i for i, l in enumerate(lines, 1) if "END HIDDEN TESTS" in l)
+    return range(begin + 1, end)
+
+
+def test_deleting_a_hidden_assertion_or_gutting_a_test_fails_the_subset(vae_lab):
+    chosen = sentinels.read(ROOT / "solutions" / "lab1_vae" / sentinels.FILE)
+    hidden = [s for s in chosen if s.line and s.line in _hidden_block(vae_lab.tests[s.test]["source"])]
+    assert hidden, "lab1_vae should have a sentinel on a hidden assertion"
+    s = hidden[0]
+    spec = vae_lab.tests[s.test]
+    weakened = sentinels.delete_statement(spec["source"], s.line)
+    assert s.statement.split("(")[0] in spec["source"].splitlines()[s.line - 1]
+    problems = sentinels.survivors(Auditor(vae_lab, tests={**vae_lab.tests, s.test: dict(spec, source=weakened)}),
+                                   chosen)
+    assert len(problems) >= 1 and any(s.test in p and s.description in p for p in problems)
+    # the untouched tests pass the same check
+    assert sentinels.survivors(Auditor(vae_lab), chosen) == []
+    # a test reduced to nothing is noticed too
+    whole = next(x for x in chosen if x.test != s.test)
+    gutted = {**vae_lab.tests, whole.test: dict(vae_lab.tests[whole.test], source="pass")}
+    assert any(whole.test in p for p in sentinels.survivors(Auditor(vae_lab, tests=gutted), chosen))
+
+
+def test_delete_statement_removes_one_simple_statement():
+    src = "for i in range(2):\n    a = i\n    assert a >= 0, 'x'\nb = 1\n"
+    assert sentinels.delete_statement(src, 3) == "for i in range(2):\n    a = i\nb = 1"
+    assert sentinels.delete_statement("if x:\n    assert y\n", 2) == "if x:\n    pass"
+    assert sentinels.delete_statement("x = 1\n", 5) is None
+
+
+# -- what the lab's text leaves free, class probes, covariance probes ------------------------------------------
+def test_what_the_text_leaves_free_is_allowed_not_survived():
+    import torch
+
+    from autograder.audit import equivalence, probes
+
+    def ref(x):
+        return x * 2
+    inputs = probes([type("C", (), {"kind": "call", "args": (torch.randn(4, 3, dtype=torch.float64),),
+                                    "kwargs": {}})()])
+    detached_ = lambda x: (x * 2).detach()  # noqa: E731
+    as_float = lambda x: (x * 2).float()  # noqa: E731
+    assert equivalence(detached_, ref, inputs) is not None
+    assert equivalence(detached_, ref, inputs, free=frozenset({"gradients"})) is None
+    assert equivalence(as_float, ref, inputs) is not None
+    assert equivalence(as_float, ref, inputs, free=frozenset({"dtype"})) is None
+    assert equivalence(lambda x: x * 3, ref, inputs, free=frozenset({"gradients", "dtype"})) is not None
+    assert equivalence(lambda x: (x * 2).mul_(1.001), ref, inputs, free=frozenset({"dtype"})) is not None
+
+
+def test_a_class_is_probed_as_the_tests_built_and_called_it():
+    import torch
+    from torch import nn
+
+    from autograder.audit import equivalence, module_probes, recording_class
+
+    class Ref(nn.Module):
+        def __init__(self, d, p=0.0):
+            super().__init__()
+            self.lin, self.p = nn.Linear(d, d), p
+
+        def forward(self, x):
+            return nn.functional.dropout(self.lin(x), self.p, self.training)
+
+    class Detached(Ref):
+        def forward(self, x):
+            return super().forward(x).detach()
+
+    class DefaultDropout(Ref):
+        def __init__(self, d, p=0.5):
+            super().__init__(d, p)
+
+    log = []
+    recording = recording_class(Ref, log)
+    m = recording(4)
+    assert isinstance(m, Ref) and type(m).__name__ == "Ref"
+    m(torch.randn(2, 4))
+    assert len(log) == 1 and log[0]["args"] == (4,) and log[0]["forward"][0][0][0].shape == (2, 4)
+    probes_ = module_probes(log)
+    assert equivalence(Ref, Ref, probes_) is None
+    assert "gradients" in equivalence(Detached, Ref, probes_) or "requires_grad" in equivalence(Detached, Ref, probes_)
+    assert equivalence(Detached, Ref, probes_, free=frozenset({"gradients"})) is None
+    assert "training mode" in equivalence(DefaultDropout, Ref, probes_)
+
+
+def test_random_probes_keep_a_covariance_a_covariance():
+    import torch
+
+    from autograder.audit import _is_covariance, _random_like
+
+    a = torch.randn(5, 8, dtype=torch.float64)
+    cov = a @ a.T / 8
+    assert _is_covariance(cov) and not _is_covariance(torch.randn(5, 5)) and not _is_covariance(torch.randn(5, 3))
+    r = _random_like(cov, torch.Generator().manual_seed(0))
+    assert _is_covariance(r) and not torch.allclose(r, cov)
+
+
+def test_the_table_of_what_is_free_is_read_and_checked(tmp_path):
+    from genlab.testing.notebook import LabNotebook
+
+    def lab_with(table):
+        nb = nbformat.v4.new_notebook()
+        cell = nbformat.v4.new_markdown_cell(table)
+        cell.metadata["nbgrader"] = {"grade_id": "what_the_tests_check", "locked": True, "solution": False,
+                                     "grade": False, "schema_version": 3}
+        nb.cells = [cell]
+        path = tmp_path / "t.ipynb"
+        nbformat.write(nb, str(path))
+        return LabNotebook.read(path)
+    head = "| function | the tests check | left free |\n|---|---|---|\n"
+    rows = lab_with(head + "| `f` | values | **gradients, dtype.** and the error text |\n"
+                           "| `g` | a \\| b | **nothing.** |\n").spec_table
+    assert rows["f"].freedoms == {"gradients", "dtype"} and rows["g"].freedoms == frozenset()
+    with pytest.raises(ValueError, match="unknown freedom"):
+        lab_with(head + "| `f` | values | **speed.** |\n").spec_table
+    with pytest.raises(ValueError, match="bold list"):
+        lab_with(head + "| `f` | values | gradients |\n").spec_table
+
+
+@pytest.mark.parametrize("lab_id", lab_ids(ROOT))
+def test_each_lab_states_what_each_function_is_tested_on_and_what_is_free(lab_id):
+    from autograder.labs import LabFolder
+    from genlab.testing.notebook import LabNotebook
+
+    source = LabNotebook.read(LabFolder(ROOT, lab_id).source)
+    graded = {t["function"] for t in source.tests.values() if t["function"]}
+    table = source.spec_table
+    assert set(table) == graded, f"{lab_id}: the table lists {sorted(table)}, the graded functions are {sorted(graded)}"
+    assert all(row.checked for row in table.values())
+    # the student reads the same table
+    assert LabNotebook.read(ROOT / "labs" / lab_id / f"{lab_id}.ipynb").spec_table == table

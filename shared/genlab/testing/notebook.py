@@ -3,10 +3,14 @@
 Conventions the grader relies on (written down in autograder/README.md):
 - the locked code cell with grade_id ``setup`` holds the lab's imports; tests may use its names;
 - each function a student writes has its own solution cell, whose grade_id is the function's name;
-- each test cell's grade_id starts with the name of the function it tests (``reparameterize_gradient``).
+- each test cell's grade_id starts with the name of the function it tests (``reparameterize_gradient``);
+- the markdown cell ``what_the_tests_check`` holds a table, one row per graded function: what its tests check,
+  and what they leave free. The "left free" column starts with a bold list of the freedoms the mutation audit
+  understands (:data:`FREEDOMS`), e.g. ``**gradients, dtype.**`` or ``**nothing.**``, then prose.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,6 +19,22 @@ if TYPE_CHECKING:
     import nbformat
 
 SETUP_ID = "setup"
+TABLE_ID = "what_the_tests_check"
+# What a lab's text may leave free, in words the audit acts on: ``gradients`` (no test differentiates
+# through the function), ``dtype`` (the floating dtype of the result is the student's choice).
+FREEDOMS = frozenset({"gradients", "dtype"})
+_ROW = re.compile(r"^\|\s*`(?P<function>\w+)`\s*\|(?P<checked>.*)\|(?P<free>.*)\|\s*$")
+_LEAD = re.compile(r"^\s*\*\*(?P<words>[a-z ,]+)\.\*\*")
+
+
+@dataclass(frozen=True)
+class SpecRow:
+    """One row of the lab's table: what the tests of ``function`` check, and what the text leaves free."""
+
+    function: str
+    checked: str
+    free: str
+    freedoms: frozenset[str]     # the subset of FREEDOMS the "left free" column names
 
 
 def nbgrader_meta(cell) -> dict:
@@ -69,6 +89,29 @@ class LabNotebook:
         return {grade_id(c): {"source": c.source, "points": float(nbgrader_meta(c).get("points", 0)),
                               "function": function_of(grade_id(c), functions)}
                 for c in self.nb.cells if is_test(c)}
+
+
+    @property
+    def spec_table(self) -> dict[str, SpecRow]:
+        """The ``what_the_tests_check`` table, by function ({} when the lab has none)."""
+        cells = [c for c in self.nb.cells if c.cell_type == "markdown" and grade_id(c) == TABLE_ID]
+        rows = {}
+        for line in (cells[0].source.splitlines() if cells else []):
+            match = _ROW.match(line.strip())
+            if not match:
+                continue
+            lead = _LEAD.match(match["free"])
+            if not lead:
+                raise ValueError(f"{self.path.name}, row {match['function']}: the 'left free' column must start "
+                                 f"with a bold list of freedoms ending in a period, e.g. **nothing.** or "
+                                 f"**gradients, dtype.**; got {match['free'].strip()[:60]!r}")
+            words = frozenset(w.strip() for w in lead["words"].split(",")) - {"nothing"}
+            if words - FREEDOMS:
+                raise ValueError(f"{self.path.name}, row {match['function']}: unknown freedom "
+                                 f"{', '.join(sorted(words - FREEDOMS))} (known: {', '.join(sorted(FREEDOMS))})")
+            rows[match["function"]] = SpecRow(match["function"], match["checked"].strip(), match["free"].strip(),
+                                              words)
+        return rows
 
 
 def function_of(test_id: str, functions) -> str | None:

@@ -24,6 +24,7 @@ class Outcome:
     message: str = ""
     seconds: float = 0.0
     diagnosis: list = field(default_factory=list)   # catalogued Bug objects
+    line: int = 0                                   # the test's line that failed (0: passed, or not known)
 
     @property
     def passed(self) -> bool:
@@ -36,6 +37,10 @@ def _failing_line(exc: BaseException, filename: str) -> str:
         if frame.filename == filename:
             return (frame.line or linecache.getline(filename, frame.lineno)).strip()
     return ""
+
+
+def _failing_lineno(exc: BaseException, filename: str) -> int:
+    return next((f.lineno for f in reversed(traceback.extract_tb(exc.__traceback__)) if f.filename == filename), 0)
 
 
 def _quoted(text: str) -> str:
@@ -51,12 +56,14 @@ def run_test(test_id: str, source: str, namespace: dict, passthrough: tuple = ()
     filename = f"<test {test_id}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     start = time.perf_counter()
+    line = 0
     try:
         exec(compile(source, filename, "exec"), namespace)
         status, message = PASSED, ""
     except passthrough:
         raise
     except StudentError as exc:
+        line = _failing_lineno(exc, filename)
         # Text from the student's kernel: quoted line by line, so that none of it reads as the grader's own
         # (a line "[genlab grader] ... PASSED" in a message stays behind the quote marks).
         where = exc.remote_traceback.strip().splitlines()[-3:] if exc.remote_traceback else []
@@ -64,10 +71,12 @@ def run_test(test_id: str, source: str, namespace: dict, passthrough: tuple = ()
         message = f"your code raised {exc.remote_type}, saying:\n" + _quoted(str(exc)) + \
             ("\nat the end of its traceback:\n" + _quoted("\n".join(where)) if where else "")
     except (CheckFailed, AssertionError) as exc:
+        line = _failing_lineno(exc, filename)
         status = FAILED
         message = str(exc) or f"this check failed: {_failing_line(exc, filename)}"
     except Exception as exc:  # noqa: BLE001 - the test could not use what the student's code returned
+        line = _failing_lineno(exc, filename)
         status = ERROR
         message = (f"the test could not use your result ({type(exc).__name__}: {exc}) "
                    f"at: {_failing_line(exc, filename)}")
-    return Outcome(test_id, status, message, time.perf_counter() - start)
+    return Outcome(test_id, status, message, time.perf_counter() - start, line=line)
