@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.genlab-installed
 
-.PHONY: venv demo demo-all test test-equivalence lab release outputs samples clean audit bundle
+.PHONY: venv demo demo-all test test-equivalence lab release outputs samples clean audit sentinels bundle
 
 $(STAMP): requirements/ci.txt pyproject.toml
 	bash .ci/system-deps.sh
@@ -51,6 +51,10 @@ test-equivalence: venv  ## every sample graded in both modes (default and --full
 # Mutation audit of every lab's own tests (README: "Auditing a lab's tests"); ARGS=--max-mutants 20 for a quick look.
 audit: venv  ## which small bugs in each reference solution do the lab's tests let through? writes out/audit.json
 	OMP_NUM_THREADS=1 $(VENV)/bin/genlab audit all --quiet --json out/audit.json $(ARGS)
+
+# After a lab's tests or reference change: the mutants one assertion alone catches, which make test checks.
+sentinels: venv  ## rewrite solutions/<lab>/sentinels.json from a whole audit
+	OMP_NUM_THREADS=1 $(VENV)/bin/genlab audit all --quiet --write-sentinels --json out/audit.json
 
 lab: venv  ## JupyterLab on the student notebooks
 	$(VENV)/bin/jupyter lab labs/

@@ -13,7 +13,7 @@ student function bound to the reference except the mutated one, all of them in t
   **survived**: a bug the tests let through;
 - **allowed** when it differs from the reference only in what the lab's text leaves free, as its table
   ``what_the_tests_check`` says (:attr:`genlab.testing.notebook.LabNotebook.spec_table`: ``gradients``,
-  ``dtype``): not a bug, so not counted;
+  ``dtype``, ``precision``): not a bug, so not counted;
 - **invalid** when its cell does not even run (never counted).
 
 A class (an ``nn.Module``) is probed as the tests use it: each construction the tests made, with the same
@@ -220,6 +220,8 @@ def _differ(a, b, what: str, free: frozenset = frozenset()) -> str | None:
         if "dtype" in free and x.dtype != y.dtype and x.is_floating_point() and y.is_floating_point():
             lower = x.dtype if torch.finfo(x.dtype).eps > torch.finfo(y.dtype).eps else y.dtype
             x, y = x.to(lower), y.to(lower)
+        if "precision" in free and x.dtype == y.dtype == torch.float64:
+            x, y = x.float(), y.float()
         try:
             torch.testing.assert_close(y, x, equal_nan=True)
         except AssertionError as exc:

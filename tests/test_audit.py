@@ -270,6 +270,11 @@ def test_what_the_text_leaves_free_is_allowed_not_survived():
     assert equivalence(as_float, ref, inputs, free=frozenset({"dtype"})) is None
     assert equivalence(lambda x: x * 3, ref, inputs, free=frozenset({"gradients", "dtype"})) is not None
     assert equivalence(lambda x: (x * 2).mul_(1.001), ref, inputs, free=frozenset({"dtype"})) is not None
+    # float64 out, float32 inside: (x + 100) - 100 rounds x to about 4e-6
+    shifted = lambda x: (x + 100) - 100  # noqa: E731
+    in_float32 = lambda x: ((x.float() + 100) - 100).double()  # noqa: E731
+    assert equivalence(in_float32, shifted, inputs, free=frozenset({"dtype"})) is not None
+    assert equivalence(in_float32, shifted, inputs, free=frozenset({"precision"})) is None
 
 
 def test_a_class_is_probed_as_the_tests_built_and_called_it():

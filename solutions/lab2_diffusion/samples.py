@@ -159,6 +159,61 @@ def p_sample_step(model, xt, t, betas, alpha_bar, noise):
     return mean + sigma * noise * (t > 0).reshape(shape).to(xt.dtype)
 '''},
 
+    # --- nothing differentiates the forward process, the posterior or the sampler (the text's table): ----
+    # written under torch.no_grad(), or from plain Python numbers, they must get full marks
+    "alpha_bar_python_loop": {"alpha_bar_from_betas": '''
+def alpha_bar_from_betas(betas):
+    values, running = [], 1.0
+    for b in betas.tolist():                         # Python floats are float64: no rounding on the way
+        running *= 1.0 - b
+        values.append(running)
+    return torch.tensor(values, dtype=betas.dtype, device=betas.device)
+'''},
+    "q_sample_no_grad": {"q_sample": '''
+@torch.no_grad()                                     # the forward process has no parameters to train
+def q_sample(x0, t, noise, alpha_bar):
+    T = len(alpha_bar)
+    if bool((t < 0).any()) or bool((t >= T).any()):
+        raise IndexError(f"t must be in [0, {T - 1}]")
+    ab = alpha_bar.to(x0.device)[t.to(x0.device)]
+    ab = ab.reshape(-1, *([1] * (x0.ndim - 1)))
+    return ab.sqrt().to(x0.dtype) * x0 + (1 - ab).sqrt().to(x0.dtype) * noise
+'''},
+    "loss_noising_no_grad": {"ddpm_loss": '''
+def ddpm_loss(model, x0, t, noise, alpha_bar):
+    with torch.no_grad():                            # only the model is trained: no graph for the noising
+        x_t = q_sample(x0, t, noise, alpha_bar)
+    eps_pred = model(x_t, t)
+    return ((eps_pred - noise) ** 2).mean()
+'''},
+    "sampler_no_grad": {"q_posterior": '''
+@torch.no_grad()
+def q_posterior(x0, xt, t, betas, alpha_bar):
+    T = alpha_bar.shape[0]
+    if t.numel() and (int(t.min()) < 0 or int(t.max()) > T - 1):
+        raise ValueError(f"timesteps must be in 0..{T - 1}")
+    dev = x0.device
+    t = t.to(dev)
+    ab, b = alpha_bar.to(dev), betas.to(dev)
+    ab_t = ab[t]
+    ab_prev = torch.ones_like(ab_t)
+    ab_prev[t > 0] = ab[t[t > 0] - 1]
+    coef_x0 = ab_prev.sqrt() * b[t] / (1 - ab_t)
+    coef_xt = (1 - b[t]).sqrt() * (1 - ab_prev) / (1 - ab_t)
+    var = (1 - ab_prev) / (1 - ab_t) * b[t]
+    view = lambda c: c.view(-1, *([1] * (x0.dim() - 1))).to(x0.dtype)
+    return view(coef_x0) * x0 + view(coef_xt) * xt, view(var)
+''', "p_sample_step": '''
+@torch.no_grad()                                     # sampling never needs gradients
+def p_sample_step(model, xt, t, betas, alpha_bar, noise):
+    eps = model(xt, t)
+    ab_t = alpha_bar.to(xt.device)[t.to(xt.device)].view(-1, *([1] * (xt.dim() - 1)))
+    x0_hat = ((xt - torch.sqrt(1 - ab_t) * eps) / torch.sqrt(ab_t)).to(xt.dtype)
+    mean, var = q_posterior(x0_hat, xt, t, betas, alpha_bar)
+    keep = (t.to(xt.device) != 0).to(xt.dtype).view(-1, *([1] * (xt.dim() - 1)))
+    return mean + keep * torch.sqrt(var) * noise
+'''},
+
     # --- the reverse process: one sample per catalogued bug ---------------------------------------------
     "alpha_bar_prev_wraps": {"q_posterior": bug_cell("lab2_diffusion", "alpha_bar_prev_wraps")},
     "x0_as_target": {"ddpm_loss": bug_cell("lab2_diffusion", "x0_as_target")},
@@ -186,6 +241,7 @@ EXPECTED = {
     "low_precision_alpha_bar": _bug("low_precision_alpha_bar", "alpha_bar_from_betas"),
     "half_precision_coefficients": _bug("half_precision_coefficients", "q_sample"),
     "posterior_padded_table": FULL, "loss_functional_mse": FULL, "step_eps_form": FULL,
+    "alpha_bar_python_loop": FULL, "q_sample_no_grad": FULL, "loss_noising_no_grad": FULL, "sampler_no_grad": FULL,
     "alpha_bar_prev_wraps": _bug("alpha_bar_prev_wraps", "q_posterior"),
     "x0_as_target": _bug("x0_as_target", "ddpm_loss"),
     "alpha_bar_in_mean": _bug("alpha_bar_in_mean", "p_sample_step"),

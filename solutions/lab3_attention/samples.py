@@ -90,6 +90,29 @@ SAMPLES: dict[str, dict] = {
         "        y = causal_attention(q, k, v, dropout_p=self.dropout, training=self.training)\n"
         "        return self.proj(merge_heads(y))\n",
     }},
+    # generate as a plain loop: no torch.no_grad(), probabilities in float64, the cache kept in its own branch
+    "lab3_variant_generate_plain_loop": {"expect": {"full": True}, "cells": {
+        "generate":
+        "def generate(model, prompt_ids, max_new_tokens, use_kv_cache, temperature=1.0, generator=None):\n"
+        "    out = prompt_ids.clone()\n"
+        "    cache = None\n"
+        "    for step in range(max_new_tokens):\n"
+        "        if not use_kv_cache:\n"
+        "            last = model(out)[:, -1, :]\n"
+        "        elif cache is None:\n"
+        "            logits, cache = model.decode(out, None)\n"
+        "            last = logits[:, -1, :]\n"
+        "        else:\n"
+        "            logits, cache = model.decode(out[:, -1:], cache)\n"
+        "            last = logits[:, -1, :]\n"
+        "        if temperature == 0:\n"
+        "            nxt = torch.argmax(last, dim=-1).unsqueeze(1)\n"
+        "        else:\n"
+        "            probs = torch.softmax(last.double() / temperature, dim=-1)\n"
+        "            nxt = torch.multinomial(probs, num_samples=1, generator=generator)\n"
+        "        out = torch.cat((out, nxt), dim=1)\n"
+        "    return out\n",
+    }},
 }
 
 BUG_SAMPLES = {

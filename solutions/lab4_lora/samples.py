@@ -43,6 +43,8 @@ SAMPLES: dict[str, dict] = {
         "class LoRALinear(nn.Module):\n"
         "    def __init__(self, base, r, alpha, dropout=0.0, rslora=False):\n"
         "        super().__init__()\n"
+        "        if not isinstance(base, nn.Linear):\n"
+        "            raise TypeError(f'LoRALinear needs an nn.Linear, not {type(base).__name__}')\n"
         "        self.base = base\n"
         "        self.base.requires_grad_(False)\n"
         "        kw = dict(dtype=base.weight.dtype, device=base.weight.device)\n"
@@ -119,6 +121,8 @@ SAMPLES: dict[str, dict] = {
         "class LoRALinear(nn.Module):\n"
         "    def __init__(self, base, r, alpha, dropout=0.0, rslora=False):\n"
         "        super().__init__()\n"
+        "        if not isinstance(base, nn.Linear):\n"
+        "            raise TypeError('base must be an nn.Linear')\n"
         "        self.base = base\n"
         "        for p in base.parameters():\n"
         "            p.requires_grad = False\n"
@@ -154,6 +158,18 @@ SAMPLES: dict[str, dict] = {
         "            raise RuntimeError('not merged')\n"
         "        self.base.weight.copy_(unmerge_lora(self.base.weight, self.lora_A, self.lora_B, self.scaling))\n"
         "        self.merged = False\n",
+    }},
+    # merging is for inference: merge_lora / unmerge_lora computed under torch.no_grad() (a detached result), all in
+    # float32 whatever the weight's dtype ("at least float32": a float64 weight is merged in float32 too)
+    "lab4_variant_merge_no_grad": {"expect": {"full": True}, "cells": {
+        "merge_lora": MERGE_HEAD +
+        "    with torch.no_grad():\n"
+        "        merged = weight.float() + scaling * (B.float() @ A.float())\n"
+        "    return merged.to(weight.dtype)\n",
+        "unmerge_lora": UNMERGE_HEAD +
+        "    with torch.no_grad():\n"
+        "        unmerged = weight.float() - scaling * (B.float() @ A.float())\n"
+        "    return unmerged.to(weight.dtype)\n",
     }},
     # add_lora walking named_children recursively with a fully matched, escaped regular expression per key (the list
     # rule, no string case), freezing everything before replacing, and replacing with register_module
@@ -212,6 +228,8 @@ SAMPLES: dict[str, dict] = {
         "class LoRALinear(nn.Module):\n"
         "    def __init__(self, base, r, alpha, dropout=0.0, rslora=False):\n"
         "        super().__init__()\n"
+        "        if not isinstance(base, nn.Linear):\n"
+        "            raise TypeError(f'LoRALinear wraps an nn.Linear, got {type(base).__name__}')\n"
         "        self.base = base\n"
         "        base.requires_grad_(False)\n"
         "        A, B = lora_init(base.in_features, base.out_features, r, dtype=base.weight.dtype, device=base.weight.device)\n"

@@ -136,6 +136,32 @@ SAMPLES: dict[str, dict] = {
         "    model.train(was_training)\n"
         "    return features\n",
     }},
+    # nothing here is differentiated: frechet_distance under @torch.no_grad(), kid in NumPy (np.std, dividing by
+    # the number of subsets), results returned as fresh tensors without a graph
+    "lab5_variant_no_grad_numpy_kid": {"expect": {"full": True}, "cells": {
+        "frechet_distance":
+        "@torch.no_grad()\n"
+        "def frechet_distance(mu1, sigma1, mu2, sigma2):\n"
+        "    diff = mu1.double() - mu2.double()\n"
+        "    s1, s2 = sigma1.double(), sigma2.double()\n"
+        "    return diff.dot(diff) + s1.trace() + s2.trace() - 2 * trace_sqrt_product(s1, s2)\n",
+        "kid": KID_HEAD +
+        "    x = real_features.detach().cpu().double().numpy()\n"
+        "    y = fake_features.detach().cpu().double().numpy()\n"
+        "    m, d = subset_size, x.shape[1]\n"
+        "    if m > len(x) or m > len(y):\n"
+        "        raise ValueError(f'subset_size {m} is larger than {len(x)} real or {len(y)} fake features')\n"
+        "    scores = []\n"
+        "    for _ in range(subsets):\n"
+        "        a = x[torch.randperm(len(x), generator=generator)[:m].numpy()]\n"
+        "        b = y[torch.randperm(len(y), generator=generator)[:m].numpy()]\n"
+        "        kxx, kyy, kxy = (a @ a.T / d + 1) ** 3, (b @ b.T / d + 1) ** 3, (a @ b.T / d + 1) ** 3\n"
+        "        np.fill_diagonal(kxx, 0)\n"
+        "        np.fill_diagonal(kyy, 0)\n"
+        "        scores.append((kxx.sum() + kyy.sum()) / (m * (m - 1)) - 2 * kxy.mean())\n"
+        "    scores = np.array(scores)\n"
+        "    return torch.tensor(scores.mean()), torch.tensor(scores.std())\n",
+    }},
     # -- bugs the tests catch that the catalogue does not name (no documented source to cite) ----------------
     # the variance of the subsets' values returned where the spec asks for their standard deviation
     "lab5_bug_kid_variance": {"expect": {"failed_tests": ["kid_torchmetrics"]}, "cells": {

@@ -44,11 +44,15 @@ def missing_scale(causal_attention_weights, q, k):
 def softmax_over_queries(causal_attention_weights, q, k):
     # A key of zeros in front, which every query sees with score 0: the log of a weight minus the log of that key's
     # weight is the query's score for the key (-inf where masked). Normalised over the queries (dim=-2) instead of
-    # the keys, each key's column sums to 1 and each query's row does not. In float64, so that no weight underflows.
+    # the keys, each key's column sums to 1 and each query's row does not. In float64, so that no weight underflows;
+    # the log is taken of the weights that are not masked only, so that gradients stay finite.
     wide = torch.float32 if q.device.type == "mps" else torch.float64  # MPS has no float64
     padded = torch.cat([torch.zeros_like(k[..., :1, :]), k], dim=-2)
-    log_w = causal_attention_weights(q.to(wide), padded.to(wide)).log()
-    return (log_w[..., 1:] - log_w[..., :1]).softmax(dim=-2).to(q.dtype)
+    w = causal_attention_weights(q.to(wide), padded.to(wide))
+    seen = w > 0
+    log_w = torch.where(seen, w, torch.ones_like(w)).log()
+    scores = (log_w[..., 1:] - log_w[..., :1]).masked_fill(~seen[..., 1:], float("-inf"))
+    return scores.softmax(dim=-2).to(q.dtype)
 
 
 # --- causal_attention --------------------------------------------------------------------------------------

@@ -21,8 +21,9 @@ if TYPE_CHECKING:
 SETUP_ID = "setup"
 TABLE_ID = "what_the_tests_check"
 # What a lab's text may leave free, in words the audit acts on: ``gradients`` (no test differentiates
-# through the function), ``dtype`` (the floating dtype of the result is the student's choice).
-FREEDOMS = frozenset({"gradients", "dtype"})
+# through the function), ``dtype`` (the floating dtype of the result is the student's choice), ``precision``
+# (a float64 result may be computed in float32: compared at float32's tolerance).
+FREEDOMS = frozenset({"gradients", "dtype", "precision"})
 _ROW = re.compile(r"^\|\s*`(?P<function>\w+)`\s*\|(?P<checked>.*)\|(?P<free>.*)\|\s*$")
 _LEAD = re.compile(r"^\s*\*\*(?P<words>[a-z ,]+)\.\*\*")
 
