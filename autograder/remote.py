@@ -40,6 +40,11 @@ class RemoteObject:
         return _request(self._session, self._recorder, "getattr", f"{self._label}.{attr}", (), {},
                         {"handle": self._handle.id, "method": attr})
 
+    # -- measurements of the object itself (a module's gradients, memory, FLOPs), dispatched here by
+    # genlab.checks as for a function: the object is called in the kernel, on the one path every call takes
+    def __genlab_measure__(self, kind: str, args, kwargs):
+        return _request(self._session, self._recorder, kind, self._label, args, kwargs, {"handle": self._handle.id})
+
 
 class _BoundMethod:
     def __init__(self, session, recorder, handle, method, label):

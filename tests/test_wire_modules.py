@@ -160,3 +160,24 @@ def test_the_default_dtype_is_applied_for_the_block_only():
     with pytest.raises(ValueError):
         with wire.default_dtype("int64"):
             pass
+
+
+def test_a_module_kept_in_the_kernel_is_measured_there_through_its_handle():
+    """grad_of(module, x) on a module the student's code built: one request on the path every call takes."""
+    import pytest
+
+    from autograder.remote import RemoteObject
+    from genlab.checks import grad_of
+    from genlab.testing.calls import Recorder
+
+    sent = {}
+
+    class Session:  # stands for the kernel: records the request, answers nothing
+        def request(self, header, encoder):
+            sent.update(header)
+            raise RuntimeError("no kernel here")
+
+    module = RemoteObject(Session(), wire.Handle(7, "__main__.CausalSelfAttention"), Recorder(), "m")
+    with pytest.raises(RuntimeError, match="no kernel"):
+        grad_of(module, torch.randn(2, 5, 16))
+    assert sent["kind"] == "grad_of" and sent["handle"] == 7 and "target" not in sent and "method" not in sent
