@@ -358,3 +358,52 @@ def test_each_lab_states_what_each_function_is_tested_on_and_what_is_free(lab_id
     assert all(row.checked for row in table.values())
     # the student reads the same table
     assert LabNotebook.read(ROOT / "labs" / lab_id / f"{lab_id}.ipynb").spec_table == table
+
+
+# -- the in-process audit gives the verdicts of the real grader ----------------------------------------------------
+@pytest.mark.slow
+def test_the_in_process_audit_gives_the_verdicts_of_the_grader(tmp_path):
+    """A sample of mutants (per function: the first two the audit finds killed and the first it finds passing),
+    each handed in as a student's notebook and graded by `genlab grade` in a sandboxed kernel: every test
+    passes or fails there as it does in process. Timing tests are left out: their verdicts are ratios of
+    times measured in two different ways (tests/test_remote_timing.py covers the grader's)."""
+    import csv
+    import sys
+
+    import grading_run
+
+    from autograder.audit import compile_cell
+    from autograder.labs import LabFolder
+    from autograder.pipeline import Lab
+    from autograder.sample_submissions import write
+
+    expected = {}
+    for lab_id, functions in (("lab1_vae", ("gaussian_kl", "negative_elbo")), ("lab2_diffusion", ("q_sample",))):
+        lab, folder = Lab.load(ROOT, lab_id), LabFolder(ROOT, lab_id)
+        auditor = Auditor(lab)
+        for function in functions:
+            tests = [t for t in auditor.tests_of(function) if not t.endswith("_performance")]
+            killed, passing = [], []
+            for m in mutants(lab.source.solutions[function]):
+                fn = compile_cell(m.source, function, auditor.reference_ns)
+                verdict = {t: status == "passed" for t, status, *_ in
+                           auditor.run_tests(function, fn, tests, stop_at_first=False)}
+                (passing if all(verdict.values()) else killed).append((m, verdict))
+                if len(killed) >= 2 and passing:
+                    break
+            for m, verdict in killed[:2] + passing[:1]:
+                name = f"mutant_{function}_{m.index}"
+                write(folder, name, {"cells": {function: m.source}, "expect": {}}, tmp_path / "subs")
+                expected[name, lab_id] = verdict
+    assert sum(all(v.values()) for v in expected.values()) >= 2, "the sample should hold mutants the tests pass"
+
+    out = tmp_path / "out"
+    run = grading_run.run([sys.executable, "-m", "autograder.cli", "--root", str(ROOT), "grade",
+                           str(tmp_path / "subs"), "--out", str(out), "--workers", "2", "--quiet"], timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    with (out / "grades.csv").open() as f:
+        graded = {(r["student"], r["lab"], r["test"]): r["status"] == "passed" for r in csv.DictReader(f)}
+    for (name, lab_id), verdict in expected.items():
+        for test, passed in verdict.items():
+            assert graded[name, lab_id, test] == passed, (
+                f"{name}/{test}: {'passed' if passed else 'failed'} in process, the opposite in the grader")
