@@ -533,12 +533,16 @@ def _spread(items: list, n: int | None) -> list:
     return [items[int(i * step)] for i in range(n)]
 
 
-def audit_lab(root: Path, lab_id: str, functions: list[str] | None = None, max_mutants: int | None = None,
-              test_timeout_s: float = 20.0, progress=None) -> list[FunctionReport]:
+def auditor_for(root: Path, lab_id: str, test_timeout_s: float = 20.0) -> Auditor:
     from autograder.pipeline import Lab
 
-    lab = Lab.load(Path(root), lab_id)
-    auditor = Auditor(lab, test_timeout_s=test_timeout_s)
+    return Auditor(Lab.load(Path(root), lab_id), test_timeout_s=test_timeout_s)
+
+
+def audit_lab(root: Path, lab_id: str, functions: list[str] | None = None, max_mutants: int | None = None,
+              test_timeout_s: float = 20.0, progress=None, auditor: Auditor | None = None) -> list[FunctionReport]:
+    auditor = auditor or auditor_for(root, lab_id, test_timeout_s)
+    lab = auditor.lab
     unknown = [f for f in functions or [] if f not in lab.functions]
     if unknown:
         raise KeyError(f"{lab_id} has no graded function {', '.join(unknown)} (it has {', '.join(lab.functions)})")

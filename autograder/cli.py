@@ -78,7 +78,7 @@ def cmd_grade(args) -> int:
 
 
 def cmd_audit(args) -> int:
-    from autograder.audit import audit_lab, details, table, write_json
+    from autograder.audit import audit_lab, auditor_for, details, table, write_json
     from autograder.labs import lab_ids
 
     root = _root(args)
@@ -96,10 +96,12 @@ def cmd_audit(args) -> int:
             print(f"  mutant {m.index:3d} {m.status:20s} {m.operator}: {m.description}"
                   + (f" [{m.killed_by}]" if m.killed_by else ""), file=sys.stderr, flush=True)
 
-    reports = []
+    reports, auditors = [], {}
     for lab in labs:
+        auditors[lab] = auditor_for(root, lab, args.test_timeout)
         try:
-            reports += audit_lab(root, lab, args.function or None, args.max_mutants, args.test_timeout, progress)
+            reports += audit_lab(root, lab, args.function or None, args.max_mutants, args.test_timeout, progress,
+                                 auditors[lab])
         except KeyError as exc:
             print(f"genlab audit: {exc.args[0]}", file=sys.stderr)
             return 2
@@ -112,12 +114,9 @@ def cmd_audit(args) -> int:
         print(f"\nreport: {Path(args.json).resolve()}")
     if args.write_sentinels:
         from autograder import sentinels
-        from autograder.audit import Auditor
-        from autograder.pipeline import Lab
 
         for lab_id in labs:
-            auditor = Auditor(Lab.load(root, lab_id), test_timeout_s=args.test_timeout)
-            chosen = [s for r in reports if r.lab == lab_id for s in sentinels.choose(auditor, r)]
+            chosen = [s for r in reports if r.lab == lab_id for s in sentinels.choose(auditors[lab_id], r)]
             path = root / "solutions" / lab_id / sentinels.FILE
             sentinels.write(path, chosen)
             print(f"{lab_id}: {len(chosen)} sentinels (mutants that one assertion alone catches) -> {path}")
