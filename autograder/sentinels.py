@@ -114,10 +114,12 @@ def read(path: Path) -> list[Sentinel]:
 
 def survivors(auditor: Auditor, sentinels: list[Sentinel]) -> list[str]:
     """What is wrong with each sentinel that its test no longer kills (or that no longer exists)."""
-    problems = []
+    problems, of_function = [], {}
     for s in sentinels:
-        source = auditor.lab.source.solutions[s.function]
-        mutant = next((m for m in mutants(source) if m.description == s.description and m.diff == s.diff), None)
+        if s.function not in of_function:   # each function's mutants written once, not once per sentinel
+            of_function[s.function] = list(mutants(auditor.lab.source.solutions[s.function]))
+        mutant = next((m for m in of_function[s.function] if m.description == s.description and m.diff == s.diff),
+                      None)
         if mutant is None:
             problems.append(f"{s.function}: the mutant '{s.description}' no longer exists (the reference changed): "
                             f"write the sentinels again with `genlab audit {auditor.lab.id} --write-sentinels`")
