@@ -363,7 +363,7 @@ def test_each_lab_states_what_each_function_is_tested_on_and_what_is_free(lab_id
 # -- the in-process audit gives the verdicts of the real grader ----------------------------------------------------
 @pytest.mark.slow
 def test_the_in_process_audit_gives_the_verdicts_of_the_grader(tmp_path):
-    """A sample of mutants (per function: the first two the audit finds killed and the first it finds passing),
+    """A sample of mutants (per function: the first the audit finds killed and the first it finds passing),
     each handed in as a student's notebook and graded by `genlab grade` in a sandboxed kernel: every test
     passes or fails there as it does in process. Timing tests are left out: their verdicts are ratios of
     times measured in two different ways (tests/test_remote_timing.py covers the grader's)."""
@@ -389,9 +389,9 @@ def test_the_in_process_audit_gives_the_verdicts_of_the_grader(tmp_path):
                 verdict = {t: status == "passed" for t, status, *_ in
                            auditor.run_tests(function, fn, tests, stop_at_first=False)}
                 (passing if all(verdict.values()) else killed).append((m, verdict))
-                if len(killed) >= 2 and passing:
+                if killed and passing:
                     break
-            for m, verdict in killed[:2] + passing[:1]:
+            for m, verdict in killed[:1] + passing[:1]:
                 name = f"mutant_{function}_{m.index}"
                 write(folder, name, {"cells": {function: m.source}, "expect": {}}, tmp_path / "subs")
                 expected[name, lab_id] = verdict

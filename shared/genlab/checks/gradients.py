@@ -89,8 +89,16 @@ def grads_from(result: Any, leaves: Sequence[torch.Tensor],
         raise CheckFailed("the output is not connected to the inputs' graph: did you call .detach(), "
                           ".item(), torch.normal, or numpy? Keep every step in differentiable torch ops "
                           "(for sampling, use the reparameterization mu + std * torch.randn_like(std))")
-    grads = torch.autograd.grad([o for o, _ in connected], list(leaves),
-                                grad_outputs=[w for _, w in connected], allow_unused=True)
+    if any(o.is_complex() for o, _ in connected):
+        grads = torch.autograd.grad([o for o, _ in connected], list(leaves),
+                                    grad_outputs=[w for _, w in connected], allow_unused=True)
+    else:
+        # The same vector-Jacobian product, as the gradient of one real scalar: d/dx sum(o * w) sends exactly
+        # w back into o (1 * w). Explicit grad_outputs would make torch import sympy (0.5 s of CPU) in every
+        # kernel that is asked for a gradient (issue 19).
+        with torch.enable_grad():  # the caller may be under no_grad; the outputs' graph exists already
+            total = sum((o * w).sum() for o, w in connected)
+        grads = torch.autograd.grad(total, list(leaves), allow_unused=True)
     return tuple(grads)
 
 
