@@ -130,10 +130,25 @@ def test_silent_broadcast_is_exact_for_one_image(ref, linear):
     torch.testing.assert_close(buggy, ref.q_sample(x0, t, noise, ab), rtol=0, atol=0)
 
 
-def test_first_reverse_step_amplification(ref):
-    """The experiment prints 1 / sqrt(1 - beta_(T-1)): 31.6 for the cosine schedule's 0.999, about 1 for linear."""
-    assert 1 / math.sqrt(1 - ref.make_beta_schedule("cosine", T)[-1].item()) == pytest.approx(31.62, abs=0.01)
-    assert 1 / math.sqrt(1 - ref.make_beta_schedule("linear", T)[-1].item()) == pytest.approx(1.0102, abs=1e-4)
+def test_first_reverse_step_weights(ref):
+    """Section 7.5 states it in words: the posterior mean's weight on x_t, sqrt(alpha_t)(1 - abar_(t-1))/(1 - abar_t),
+    is below 1 at every step of every schedule, and the cosine schedule's last beta (0.999) gives eps_hat a large
+    weight, beta_T / (sqrt(alpha_T) sqrt(1 - abar_T)), in the first reverse step (about 0.02 for linear)."""
+    for kind in ("linear", "scaled_linear", "cosine"):
+        betas = ref.make_beta_schedule(kind, T)
+        ab = ref.alpha_bar_from_betas(betas)
+        ab_prev = torch.cat([torch.ones(1, dtype=ab.dtype), ab[:-1]])
+        weight_xt = (1 - betas).sqrt() * (1 - ab_prev) / (1 - ab)
+        assert weight_xt.max().item() < 1 and weight_xt[0].item() == 0, kind
+        # the same weight as q_posterior's: x0 = 0, x_t = 1 gives the weight of x_t
+        t = torch.arange(T)
+        mean, _ = ref.q_posterior(torch.zeros(T, 1, dtype=torch.float64), torch.ones(T, 1, dtype=torch.float64), t,
+                                  betas, ab)
+        torch.testing.assert_close(mean.flatten(), weight_xt)
+    weight_eps = {kind: (b[-1] / (1 - b[-1]).sqrt() / (1 - ref.alpha_bar_from_betas(b)[-1]).sqrt()).item()
+                  for kind, b in ((k, ref.make_beta_schedule(k, T)) for k in ("linear", "cosine"))}
+    assert weight_eps["cosine"] == pytest.approx(31.6, abs=0.1)
+    assert weight_eps["linear"] == pytest.approx(0.0202, abs=1e-4)
 
 
 # --- the helpers the lab uses ----------------------------------------------------------------------------

@@ -96,7 +96,7 @@ def half_precision_coefficients(x0, t, noise, alpha_bar):
 def alpha_bar_prev_wraps(x0, xt, t, betas, alpha_bar):
     shape = (-1,) + (1,) * (x0.dim() - 1)
     a_t = alpha_bar[t]
-    a_prev = alpha_bar[t - 1]                        # t = 0 wraps to alpha_bar[-1] instead of alpha_bar_{-1} = 1
+    a_prev = alpha_bar[t - 1]                        # t = 0 wraps to alpha_bar[-1] instead of alpha_bar_0 = 1
     b_t = betas[t]
     mean = ((a_prev.sqrt() * b_t / (1 - a_t)).view(shape).to(x0.dtype) * x0
             + ((1 - b_t).sqrt() * (1 - a_prev) / (1 - a_t)).view(shape).to(x0.dtype) * xt)

@@ -133,7 +133,7 @@ def q_posterior(x0, xt, t, betas, alpha_bar):
     if (t < 0).any() or (t >= len(alpha_bar)).any():
         raise IndexError("t out of range")
     alpha_bar, betas = alpha_bar.to(x0.device), betas.to(x0.device)
-    alpha_bar_prev = torch.cat([alpha_bar.new_ones(1), alpha_bar[:-1]])     # alpha_bar_{-1} = 1
+    alpha_bar_prev = torch.cat([alpha_bar.new_ones(1), alpha_bar[:-1]])     # alpha_bar_0 = 1 first
     shape = [-1] + [1] * (x0.dim() - 1)
     a, a_prev, b = alpha_bar[t], alpha_bar_prev[t], betas[t]
     var = b * (1 - a_prev) / (1 - a)

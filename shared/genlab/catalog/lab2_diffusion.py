@@ -81,8 +81,8 @@ def half_precision_coefficients(q_sample, x0, t, noise, alpha_bar):
 # --- q_posterior ---------------------------------------------------------------------------------------
 @edit("q_posterior")
 def alpha_bar_prev_wraps(q_posterior, x0, xt, t, betas, alpha_bar):
-    # alpha_bar_{t-1} read as alpha_bar[t - 1] with no case for t = 0: index -1 wraps to the last, almost
-    # pure-noise entry instead of the empty product 1. Your q_posterior on the tables written twice, at t + T,
+    # the previous step's alpha_bar read as alpha_bar[t - 1] with no case for t = 0: index -1 wraps to the last,
+    # almost pure-noise entry instead of the empty product 1. Your q_posterior on the tables written twice, at t + T,
     # finds exactly that entry before step t.
     steps = alpha_bar.shape[0]
     return q_posterior(x0, xt, t + steps, torch.cat([betas, betas]), torch.cat([alpha_bar, alpha_bar]))
@@ -177,10 +177,11 @@ BUGS = [
         "diffusers DDPMScheduler.add_noise (alphas_cumprod.to(dtype=original_samples.dtype) before the sqrt); "
         "PyTorch docs: torch.finfo (float16 eps = 2^-10)",
         half_precision_coefficients),
-    Bug("alpha_bar_prev_wraps", "q_posterior", "alpha_bar[t - 1] for alpha_bar_{t-1} with no case for t = 0",
+    Bug("alpha_bar_prev_wraps", "q_posterior",
+        "alpha_bar[t - 1] for the previous step's alpha_bar, with no case for t = 0",
         "at t = 0 the previous cumulative product is the empty product, 1 (no noise yet); alpha_bar[t - 1] wraps to "
         "alpha_bar[-1], the last, almost pure-noise step, so the final reverse step gets a variance near 1 instead "
-        "of 0 and a mean that multiplies x_t by about (1 - alpha_bar[-1]) / beta_0 (10^4 for the linear schedule).",
+        "of 0 and a mean that multiplies x_t by about (1 - alpha_bar[-1]) / betas[0] (10^4 for the linear schedule).",
         "t = 0 needs its own case: check what your index for the previous step reads at t = 0; before the first "
         "step nothing is noised yet, a value the table does not hold.",
         "Ho et al. 2020, eq. 7 (alpha_bar_0 := 1 in the paper's 1-indexing); diffusers DDPMScheduler.step "
