@@ -269,7 +269,7 @@ def save_samples(images: torch.Tensor, name: str, metadata: dict | None = None, 
         images: ``[N, C, H, W]`` in ``[0, 1]`` (the digits' convention; call :func:`to_unit_range` on
             diffusion outputs first). Values outside ``[0, 1]`` or non-finite raise: a metric fed them would
             report a number about the bug, not about the model.
-        name: file stem, e.g. ``"lab2_ddpm_linear"``.
+        name: file stem, e.g. ``"ddpm_linear"``.
         metadata: strings saved beside the tensor (how the samples were made).
         folder: defaults to :func:`samples_dir`.
 
@@ -302,6 +302,6 @@ def load_samples(name: str, folder=None) -> tuple[torch.Tensor, dict]:
     path = Path(folder or samples_dir()) / f"{name}.safetensors"
     if not path.exists():
         raise FileNotFoundError(f"load_samples: no samples named {name!r} in {path.parent}; run the lab that "
-                                "generates them first (Lab 2 saves 'lab2_ddpm_linear')")
+                                "saves them first (genlab.data.save_samples)")
     with safe_open(str(path), framework="pt") as f:
         return f.get_tensor("images"), dict(f.metadata() or {})
