@@ -60,6 +60,96 @@ def test_section_1_states_the_dtype_dependence():
     assert "bfloat16 and float32" in text and "uniform weights over the masked keys" in text
 
 
+def _sum_overflows(dtype, s):
+    return torch.isinf(torch.tensor(torch.finfo(dtype).min, dtype=dtype) + torch.tensor(s, dtype=dtype)).item()
+
+
+@pytest.mark.parametrize("dtype, threshold", [(torch.float16, -16.0), (torch.bfloat16, -6.6e35),
+                                              (torch.float32, -1.0e31)])
+def test_finfo_min_plus_a_logit_overflows_from_half_the_spacing_of_the_largest_values(dtype, threshold):
+    # section 1: float16 values near 65504 are 32 apart, so finfo.min + s is -inf for s <= -16 and rounds back to
+    # finfo.min above; bfloat16 and float32 only from about -6.6e35 and -1.0e31
+    info, zero = torch.finfo(dtype), torch.zeros((), dtype=dtype)
+    spacing = info.max - torch.nextafter(torch.tensor(info.max, dtype=dtype), zero).item()
+    first_inf = torch.tensor(-spacing / 2, dtype=dtype)
+    last_finite = torch.nextafter(first_inf, zero)
+    assert _sum_overflows(dtype, first_inf.item()) and not _sum_overflows(dtype, last_finite.item())
+    assert (torch.tensor(info.min, dtype=dtype) + last_finite).item() == info.min
+    assert first_inf.item() == pytest.approx(threshold, rel=0.02)
+    if dtype == torch.float16:
+        assert spacing == 32 and first_inf.item() == -16.0
+
+
+def test_finfo_min_plus_finfo_min_is_minus_inf_and_a_doubly_hidden_row_is_nan():
+    pad = torch.tensor([True, True, True, False, False])      # transformers PR #27114's example: 3 left-padding tokens
+    T = len(pad)
+    future = ~torch.ones(T, T, dtype=torch.bool).tril()
+    pad_keys, pad_queries = pad[None, :].expand(T, T), pad[:, None].expand(T, T)
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        fmin = torch.finfo(dtype).min
+        assert torch.isinf(torch.tensor(fmin, dtype=dtype) + torch.tensor(fmin, dtype=dtype))
+
+        def bias(hide):
+            return torch.where(hide, fmin, 0.0).to(dtype)
+
+        added = bias(future) + bias(pad_keys)                    # to_4d before the fix: 3 entries -inf, no row NaN
+        assert int(torch.isinf(added).sum()) == 3 and not torch.isnan(added.float().softmax(-1)).any()
+        doubly = added + bias(pad_queries)                       # every entry of the padded rows hidden twice
+        assert torch.isnan(doubly.float().softmax(-1)).any(-1).tolist() == pad.tolist()
+        once = bias(future | pad_keys | pad_queries)             # combined first, filled once
+        assert not torch.isinf(once).any() and not torch.isnan(once.float().softmax(-1)).any()
+    # the NaN reaches the gradients although the loss reads only the real tokens
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 1, T, 8, requires_grad=True) for _ in range(3))
+    mask = sum(torch.where(h, torch.finfo(torch.float32).min, 0.0) for h in (future, pad_keys, pad_queries))
+    (((q @ k.transpose(-2, -1)) / 8 ** 0.5 + mask).softmax(-1) @ v)[:, :, 3:].sum().backward()
+    assert torch.isnan(k.grad).all() and torch.isnan(v.grad).all()
+
+
+def test_section_1_and_8_4_state_the_threshold_and_the_double_mask():
+    cells = _cells()
+    text = " ".join(cells["derivation_attention"].split())
+    assert "$s \\le -16$" in text and "in **every** dtype" in text and "PR #27114" in text and "PR #2658" in text
+    assert "the sum overflows to $-\\infty$ (a fully masked row" not in text   # the old, overgeneralised sentence
+    code = cells["failure_fp16"]
+    assert "nextafter" in code and "finfo.min + finfo.min" in code and "pad_queries" in code
+
+
+# -- section 2 and 6: FLOPs of each pass ------------------------------------------------------------------------
+def test_fused_backward_counts_one_more_score_matmul(ref):
+    from genlab import count_flops
+    B, H, T, D = 1, 2, 128, 16
+    q, k, v = (torch.randn(B, H, T, D, requires_grad=True) for _ in range(3))
+    counted = {}
+    for name, fn in (("naive", lambda q, k, v: ref.causal_attention_weights(q, k) @ v),
+                     ("sdpa", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True))):
+        out = fn(q, k, v)
+        counted[name] = count_flops(fn, q, k, v), count_flops(out.backward, torch.ones_like(out))
+    one = 2 * B * H * T * T * D
+    assert counted["naive"][0] == counted["sdpa"][0] == 2 * one            # the same forward FLOPs
+    assert counted["naive"][1] == 4 * one and counted["sdpa"][1] == 5 * one  # the scores recomputed: one matmul more
+    text = " ".join(_cells()["derivation_attention"].split())
+    assert "in the **forward** pass the same FLOPs" in text and "recomputes the scores" in text
+    assert "forward and the backward pass separately" in " ".join(_cells()["cost_intro"].split())
+
+
+# -- section 7: weight decay and the graded KV-cache path ------------------------------------------------------------
+def test_weight_decay_rule_is_attributed_to_mingpt():
+    code = _cells()["gpt_train"]
+    assert "(as nanoGPT)" not in code and "minGPT's rule" in code and "p.dim() >= 2" in code
+
+
+def test_no_sentence_says_the_kv_cache_path_is_ungraded():
+    cells = _cells()
+    assert "generate_kv_cache" in cells and "`generate_kv_cache`" in cells["derivation_generate"]
+    assert "autograded on both paths" in cells["title"]
+    for grade_id, text in cells.items():
+        flat = " ".join(text.split()).lower()
+        for stale in ("kv-cache path is not graded", "cache path of `generate` is not graded",
+                      "the grader does not check the cache", "cached path is not graded"):
+            assert stale not in flat, (grade_id, stale)
+
+
 # -- catalogue: triu_diagonal_zero on SDPA ----------------------------------------------------------------------
 def test_triu_diagonal_zero_gives_zeros_from_sdpa_on_cpu_and_nan_by_hand():
     torch.manual_seed(0)
@@ -152,3 +242,10 @@ def test_missing_scale_saturates_the_softmax():
     q, k = torch.randn(64, 4, 16, 256), torch.randn(64, 4, 16, 256)
     w = bug("lab3_attention", "missing_scale").impl(q, k)[:, :, -1]
     assert w.amax(-1).mean() > 0.8  # nearly one-hot at d = 256
+
+
+def test_c5_decides_the_slow_path_from_the_spread_of_repeated_timings():
+    code = _cells()["claim_c5"]
+    assert "blocked_autorange" in code and "no measurable difference" in code and "quartiles" in code
+    assert "2 * per_key" not in code and "threshold 2x" not in code
+
