@@ -123,6 +123,19 @@ def cmd_audit(args) -> int:
     return 0
 
 
+def cmd_collect(args) -> int:
+    from autograder.collect import Roster, collect, read_times, report
+    from autograder.limits import Limits
+
+    root = _root(args)
+    roster = Roster.read(Path(args.roster) if args.roster else None)
+    limits = Limits.load(root / "autograder" / "course.toml")
+    times = read_times(Path(args.times) if args.times else None, roster)
+    entries = collect(Path(args.source), args.lab, Path(args.into), roster, limits.max_notebook_bytes, times)
+    print(report(entries, args.lab, Path(args.into).resolve()))
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="genlab", description=__doc__.split("\n")[0])
     parser.add_argument("--root", help="course folder (default: the nearest folder with solutions/ or labs/)")
@@ -177,6 +190,16 @@ def main(argv=None) -> int:
                    help="write solutions/<lab>/sentinels.json: the mutants that one assertion alone catches, "
                         "which `make test` checks are still caught")
     p.set_defaults(func=cmd_audit)
+
+    p = sub.add_parser("collect", help="an LMS's download-all-submissions zip (Canvas, Moodle) or folder into "
+                                       "nbgrader's SUBMISSIONS/<student>/<lab>/ tree (autograder/collect.py)")
+    p.add_argument("source", help="the zip, or the folder it was unzipped into")
+    p.add_argument("--lab", required=True, help="the lab these submissions are for")
+    p.add_argument("--into", required=True, help="SUBMISSIONS folder (nbgrader's submitted/)")
+    p.add_argument("--roster", help="roster.csv: lms_id,name,email,student_id (default: folders named by LMS id)")
+    p.add_argument("--times", help="CSV id,submitted_at (ISO 8601 with offset): the submission times, which the "
+                                   "zips do not carry; overrides the zip entries' times")
+    p.set_defaults(func=cmd_collect)
 
     args = parser.parse_args(argv)
     return args.func(args)
