@@ -136,6 +136,29 @@ def cmd_collect(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from autograder.collect import Roster
+    from autograder.export import export
+
+    names = {}
+    for given in args.column or []:
+        lab, sep, name = given.partition("=")
+        if not sep:
+            print(f"genlab export: --column takes LAB=NAME, got {given!r}", file=sys.stderr)
+            return 2
+        names[lab] = name
+    text, unknown = export(args.format, args.source, Roster.read(Path(args.roster) if args.roster else None),
+                           args.lab or None, names)
+    if args.out:
+        Path(args.out).write_text(text, encoding="utf-8")
+        print(f"wrote {Path(args.out).resolve()}")
+    else:
+        sys.stdout.write(text)
+    for student in unknown:
+        print(f"genlab export: {student} is graded but not in the roster: not exported", file=sys.stderr)
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="genlab", description=__doc__.split("\n")[0])
     parser.add_argument("--root", help="course folder (default: the nearest folder with solutions/ or labs/)")
@@ -200,6 +223,18 @@ def main(argv=None) -> int:
     p.add_argument("--times", help="CSV id,submitted_at (ISO 8601 with offset): the submission times, which the "
                                    "zips do not carry; overrides the zip entries' times")
     p.set_defaults(func=cmd_collect)
+
+    p = sub.add_parser("export", help="grades from a run's gradebook as an LMS import CSV (Canvas, Moodle) or "
+                                      "per test (autograder/export.py)")
+    p.add_argument("source", help="a genlab grade --out folder, or a gradebook URL (postgresql://..., sqlite:///...)")
+    p.add_argument("--format", required=True, choices=["canvas", "moodle", "csv"])
+    p.add_argument("--roster", help="roster.csv (lms_id,name,email,student_id,sis_user_id,sis_login_id,section); "
+                                    "needed for canvas and moodle")
+    p.add_argument("--lab", action="append", help="only this lab (repeatable; default: every lab in the gradebook)")
+    p.add_argument("--column", action="append", help="LAB=NAME: the LMS's column for a lab, e.g. "
+                                                     "'lab1_vae=Lab 1: VAE (48213)' (Canvas: name and assignment id)")
+    p.add_argument("--out", help="write here (default: standard output)")
+    p.set_defaults(func=cmd_export)
 
     args = parser.parse_args(argv)
     return args.func(args)
