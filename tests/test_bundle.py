@@ -7,12 +7,15 @@ self-check names a catalogued bug that the catalogue ships only as an edit (from
 """
 from __future__ import annotations
 
+import ast
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import sysconfig
+import textwrap
 import zipfile
 from pathlib import Path
 
@@ -20,6 +23,7 @@ import nbformat
 import pytest
 
 from autograder import bundle as bundles
+from autograder import leaks
 from autograder.labs import discover
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,31 +46,47 @@ def test_the_bundle_is_clean_and_holds_the_notebooks_as_released(bundle):
     assert "pip install wheels/" in (bundle.path / "README.md").read_text()
 
 
+def _inline(source: str) -> str:
+    """A solution cell's body as top-level code, the way a test cell could spell it out: ``return x`` made
+    ``result = x``, inside a loop."""
+    (fn,) = ast.parse(source).body
+    body = [ast.Assign([ast.Name("result", ast.Store())], s.value) if isinstance(s, ast.Return) else s
+            for s in leaks._body(fn)]
+    return "for trial in range(2):\n" + textwrap.indent(ast.unparse(ast.fix_missing_locations(
+        ast.Module(body, []))), "    ") + "\nprint(result)\n"
+
+
 def test_a_planted_solution_is_found_in_a_notebook_and_in_the_wheel(bundle, tmp_path):
+    """Planted as a function, and as code outside any function (a cell's top level, a module's): the measure
+    compared functions alone before issue 21's last change, and the inline ones were not found."""
     from autograder.sample_submissions import reference_sources
     from autograder.labs import LabFolder
 
     copy = tmp_path / "planted"
     shutil.copytree(bundle.path, copy)
-    lab = LabFolder(ROOT, "lab1_vae")
-    solution = reference_sources(lab)["gaussian_kl"].replace("gaussian_kl", "helper").replace("mu", "m")
+    lab1, lab5 = reference_sources(LabFolder(ROOT, "lab1_vae")), reference_sources(LabFolder(ROOT, "lab5_fid"))
+    solution = lab1["gaussian_kl"].replace("gaussian_kl", "helper").replace("mu", "m")
     notebook = copy / "labs" / "lab1_vae" / "lab1_vae.ipynb"
     nb = nbformat.read(notebook, as_version=4)
-    nb.cells.append(nbformat.v4.new_code_cell(solution))
+    nb.cells += [nbformat.v4.new_code_cell(solution), nbformat.v4.new_code_cell(_inline(lab5["kid"]))]
     nbformat.write(nb, notebook)
     before = {m.solution.name for m in bundle.leaks}  # none, once the bundle is clean (the test above)
     found = bundles.check(ROOT, bundles.StudentBundle(copy, bundle.wheel, bundle.notebooks))
-    planted = [m for m in found.leaks if m.solution.name not in before]
-    assert [m.solution.name for m in planted] == ["gaussian_kl"] and not found.clean
-    assert "planted/labs/lab1_vae/lab1_vae.ipynb" in planted[0].closest.where and planted[0].ratio == 1.0
+    planted = {m.solution.name: m for m in found.leaks if m.solution.name not in before}
+    assert sorted(planted) == ["gaussian_kl", "kid"] and not found.clean, found.summary()
+    assert "planted/labs/lab1_vae/lab1_vae.ipynb" in planted["gaussian_kl"].closest.where
+    assert planted["gaussian_kl"].ratio == 1.0
+    assert planted["kid"].closest.where.startswith(f"{notebook} cell {len(nb.cells) - 1} lines ")
 
     shutil.copyfile(bundle.path / "labs" / "lab1_vae" / "lab1_vae.ipynb", notebook)  # undo, then the wheel
     wheel = copy / "wheels" / bundle.wheel.name
     with zipfile.ZipFile(wheel, "a") as whl:
         whl.writestr("genlab/extra.py", "import torch\n\n" + solution)
+        whl.writestr("genlab/more.py", "import torch\n\n" + _inline(lab1["negative_elbo"]))
     found = bundles.check(ROOT, bundles.StudentBundle(copy, wheel, bundle.notebooks))
-    planted = [m for m in found.leaks if m.solution.name not in before]
-    assert [m.solution.name for m in planted] == ["gaussian_kl"] and "extra.py" in planted[0].closest.where
+    planted = {m.solution.name: m for m in found.leaks if m.solution.name not in before}
+    assert sorted(planted) == ["gaussian_kl", "negative_elbo"], found.summary()
+    assert "extra.py" in planted["gaussian_kl"].closest.where and "more.py" in planted["negative_elbo"].closest.where
 
 
 def test_a_hidden_test_line_is_found(bundle, tmp_path):
@@ -94,10 +114,11 @@ def student_venv(bundle, tmp_path_factory):
     return venv
 
 
-def _run(venv: Path, bundle, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+def _run(venv: Path, bundle, *args: str, timeout: int = 600, cwd: Path | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("GENLAB_ROOT", "PYTHONPATH")}
     env["PATH"] = f"{venv / 'bin'}:{env.get('PATH', '')}"
-    return subprocess.run(list(args), cwd=bundle.path, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(list(args), cwd=cwd or bundle.path, env=env, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 def test_installed_alone_the_student_package_works_without_the_course(student_venv, bundle):
@@ -134,3 +155,125 @@ def test_the_self_check_names_a_bug_the_bundle_ships_only_as_an_edit(student_ven
     check = _run(student_venv, bundle, "genlab", "check", str(mine))
     assert check.returncode == 0, check.stdout + check.stderr
     assert "FAILED" in check.stdout and f"Diagnosis: {entry.title}" in check.stdout, check.stdout
+
+
+def test_the_self_check_names_a_bug_whose_fingerprint_is_an_error(student_venv, bundle):
+    """masked_fill_minus_1e9 (Lab 3, an edit) raises in float16: its fingerprint is the error, which the bundle
+    stored as sorted pairs before, so that the self-check never named it. Here genlab.check, as a notebook calls
+    it, in a plain Python process of the student's venv (no kernel: a third of the time of genlab check)."""
+    from autograder.labs import LabFolder
+    from autograder.sample_submissions import bug_cell, reference_sources
+    from genlab.catalog import Edit, bug
+    from genlab.testing.notebook import LabNotebook
+
+    lab, entry = LabFolder(ROOT, "lab3_attention"), bug("lab3_attention", "masked_fill_minus_1e9")
+    assert isinstance(entry.impl, Edit)
+    folder = bundle.path / "labs" / lab.id
+    sources = {**reference_sources(lab), entry.function: bug_cell(lab.id, entry.id)}
+    script = "\n".join([LabNotebook.read(folder / f"{lab.id}.ipynb").setup_source, *sources.values(),
+                        f"genlab.check({entry.function!r})"])
+    check = _run(student_venv, bundle, "python", "-c", script, cwd=folder)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "ERROR    causal_attention_dtype" in check.stdout and f"Diagnosis: {entry.title}" in check.stdout, \
+        check.stdout
+
+
+# -- the student flow in JupyterLab, from the bundle alone ---------------------------------------------------
+BROWSER_LAB = "lab1_vae"  # the lab whose imports are all the wheel's own dependencies
+
+
+@pytest.fixture(scope="module")
+def student_lab(student_venv, bundle, tmp_path_factory):
+    """JupyterLab started from the student's venv (``python -m jupyterlab``: its kernel is that venv's Python,
+    with the wheel's genlab), in a copy of the bundle's ``labs/`` outside the repository and without
+    ``GENLAB_ROOT``, as the bundle's README has the student start it. Its settings are tests/conftest.py's
+    ``jupyter_lab``'s; that fixture starts the repository's venv, so it is not reused as is."""
+    import secrets
+    import time
+
+    from conftest import LAB_SETTINGS, JupyterLab, _free_port
+
+    base = tmp_path_factory.mktemp("student-jupyterlab")
+    root, settings = base / "labs", base / "settings"
+    shutil.copytree(bundle.path / "labs", root)
+    for name, value in LAB_SETTINGS.items():
+        (settings / name).parent.mkdir(parents=True, exist_ok=True)
+        (settings / name).write_text(json.dumps(value))
+    port, token = _free_port(), secrets.token_hex(16)
+    env = {k: v for k, v in os.environ.items() if k not in ("GENLAB_ROOT", "PYTHONPATH", "VIRTUAL_ENV")}
+    env.update({"PATH": f"{student_venv / 'bin'}:/usr/bin:/bin", "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1"),
+                "MPLBACKEND": "module://matplotlib_inline.backend_inline", "JUPYTERLAB_SETTINGS_DIR": str(settings),
+                "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces"), "JUPYTER_RUNTIME_DIR": str(base / "runtime"),
+                "JUPYTER_DATA_DIR": str(base / "data"),  # no kernelspec of this machine's user: the venv's own
+                # JupyterLab's page and widget extensions: data files, which pip puts under the venv's share/ and
+                # the .pth line above does not bring (the student's ``pip install jupyterlab`` does)
+                "JUPYTERLAB_DIR": str(Path(sys.prefix, "share", "jupyter", "lab")),
+                "JUPYTER_PATH": str(Path(sys.prefix, "share", "jupyter"))})
+    command = [str(student_venv / "bin" / "python"), "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+               f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+               f"--ServerApp.root_dir={root}", "--ServerApp.allow_root=True"]
+    runtime, deadline = base / "runtime", time.monotonic() + 90
+    with (base / "server.log").open("w") as log, subprocess.Popen(
+            command, cwd=base, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True) as server:
+        # ready once the server has written its runtime file (jpserver-PID.json), which it does when it listens
+        while not list(runtime.glob("jpserver-*.json")) and server.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if not list(runtime.glob("jpserver-*.json")):
+            os.killpg(server.pid, 9)
+            raise RuntimeError(f"JupyterLab did not start: {(base / 'server.log').read_text()[-3000:]}")
+        lab = JupyterLab(f"http://127.0.0.1:{port}", token, root)
+        try:
+            yield lab
+        finally:
+            server.terminate()  # SIGTERM: the server shuts its kernels down first
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, 9)  # its own session: the server and its kernels
+
+
+def test_a_student_runs_a_lab_in_jupyterlab_from_the_bundle(student_lab, student_venv, tmp_path):
+    """The bundle's notebook with its solution cells filled with the reference, run in Chromium (Run All Cells)
+    in the student's JupyterLab: its graded part, the setup, the cells the tests need (``grade-needs``), every
+    solution and visible test, and the lab's self-check cell. Every cell runs, none shows an error, the
+    self-check passes everything, and the kernel's genlab is the wheel's, in the student's venv. The rest of the
+    lab (training, plots, failure modes: several times as long) runs from the repository in
+    tests/test_browser.py, on the same notebook byte for byte."""
+    import test_browser as web
+
+    if reason := web._missing_browser():
+        if web.REQUIRED:
+            pytest.fail(f"browser tests must run in CI: {reason}")
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    def graded(cell) -> bool:
+        meta = cell.metadata.get("nbgrader", {})
+        return cell.cell_type == "code" and bool(meta.get("grade_id") in ("setup", "selfcheck") or meta.get(
+            "solution") or meta.get("grade") or "grade-needs" in cell.metadata.get("tags", []))
+
+    nb = web.filled_notebook(BROWSER_LAB)  # the released notebook (the bundle's, byte for byte) filled in
+    nb.cells = [c for c in nb.cells if graded(c)] + [
+        nbformat.v4.new_code_cell("import sys\nprint('kernel:', sys.executable, genlab.__file__)")]
+    assert nb.cells[-2].metadata["nbgrader"]["grade_id"] == "selfcheck"
+    student_lab.put_notebook(f"{BROWSER_LAB}/{BROWSER_LAB}.ipynb", nb)
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=web.CHROMIUM)
+        page = web.offline_page(chromium)
+        try:
+            with web.screenshot_on_failure(page, tmp_path / f"failed-{BROWSER_LAB}.png"):
+                web.open_notebook(page, student_lab, f"{BROWSER_LAB}/{BROWSER_LAB}.ipynb", workspace="student")
+                web.run_all(page, timeout_s=web.CPU_BUDGET_S["default"] + 60)
+            prompts, errors = page.evaluate(f"() => {web.PROMPTS}"), web.page_errors(page)
+            seconds = web.wall_time_from_page(page)
+            selfcheck, kernel = (page.locator(".jp-CodeCell").nth(i).locator(".jp-OutputArea").text_content()
+                                 for i in (-2, -1))
+        finally:
+            chromium.close()
+    print(f"{BROWSER_LAB} from the bundle: {len(prompts)} code cells run in {seconds} s; {kernel.strip()}")
+    assert not errors, "cells show errors in the student's JupyterLab:\n" + "\n\n".join(errors)
+    not_run = [i for i, p in enumerate(prompts) if not re.fullmatch(r"\[\d+\]:", p)]
+    assert not not_run, f"code cells {not_run} did not run (prompts {[prompts[i] for i in not_run]})"
+    assert "PASS" in selfcheck and not re.search(r"^(FAILED|ERROR) ", selfcheck, re.M), selfcheck
+    _, python, package = kernel.split()
+    assert python.startswith(str(student_venv)) and package.startswith(str(student_venv)), kernel
