@@ -5,7 +5,10 @@ functions and measure its symptom, and the grader names it when a student's outp
 full, most bugs would be the answer with one edit, so this catalogue writes them as what they do to a correct
 function (draw B as well, zero A too, ignore `training`, widen the targets); the full bodies stay with the
 instructor (``solutions/lab4_lora/bugs.py``). The two left as code (``alpha_not_divided``,
-``merge_in_low_precision``) hold none of the answer.
+``merge_in_low_precision``) hold none of the answer. Nor do the detectors (``detect=``, for symptoms a replay
+cannot see): each judges from the student's own outputs and the bug's code alone (two eval passes that differ,
+a merge equal to the rounded-at-every-step one, a key adapting layers of different names), never from a correct
+LoRA output, merge or target rule.
 """
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from genlab.catalog import Bug, dropout_in_eval, edit
+from genlab.catalog import Bug, argument, edit
 
 
 # --- lora_init -----------------------------------------------------------------------------------------------
@@ -59,20 +62,29 @@ def dropout_ignores_training(lora_forward, x, weight, bias, A, B, scaling, dropo
     return lora_forward(x, weight, bias, A, B, scaling, dropout_p, True)
 
 
-def _lora_without_dropout(call):
-    if len(call.args) < 6:
-        return None
-    x, weight, bias, A, B, scaling = call.args[:6]
-    if x.dtype in (torch.float16, torch.bfloat16):
-        return None  # too coarse to tell a dropped entry from rounding
-    d = torch.float64
-    return F.linear(x.to(d), weight.to(d), None if bias is None else bias.to(d)) \
-        + scaling * F.linear(F.linear(x.to(d), A.to(d)), B.to(d))
-
-
 def _dropout_in_eval(calls) -> bool:
-    """Called with training=False and dropout_p > 0, the output is not the deterministic LoRA output."""
-    return dropout_in_eval(calls, _lora_without_dropout, p_at=6, training_at=7, training_default=False)
+    """Outside training, two calls on the same inputs returned different outputs, one of them with
+    dropout_p > 0: dropout ran in eval. Judged from the student's own outputs alone (what the failure-mode cell
+    shows: two passes over the same inputs differ), so nothing here computes the LoRA output."""
+    evals = []  # (the six inputs, dropout_p, result) of each call outside training
+    for c in calls:
+        if c.kind != "call" or c.error or not isinstance(c.result, torch.Tensor) or len(c.args) < 6:
+            continue
+        if not argument(c, 7, "training", False):
+            evals.append((c.args[:6], argument(c, 6, "dropout_p", 0.0), c.result))
+    for i, (inputs, p, out) in enumerate(evals):
+        for other, q, again in evals[i + 1:]:
+            if max(p, q) > 0 and _same_inputs(inputs, other) and not (
+                    out.shape == again.shape and torch.allclose(out.double(), again.double(), rtol=1e-5, atol=1e-6)):
+                return True
+    return False
+
+
+def _same_inputs(a, b) -> bool:
+    return len(a) == len(b) and all(
+        torch.equal(x, y) if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) else
+        (x is None and y is None) or (not isinstance(x, torch.Tensor) and not isinstance(y, torch.Tensor) and x == y)
+        for x, y in zip(a, b))
 
 
 # --- merge_lora --------------------------------------------------------------------------------------------
@@ -81,9 +93,10 @@ def merge_in_low_precision(weight, A, B, scaling):
 
 
 def _merged_in_low_precision(calls) -> bool:
-    """On half-precision weights the student's merge equals the rounded-at-every-step merge, bit for bit,
-    where that differs from the merge computed in float32 and rounded once."""
-    told_apart = False
+    """On half-precision weights the student's merge equals the rounded-at-every-step merge, bit for bit, on
+    every call, and on one of them that rounding shows: merging then unmerging the same way does not give W back
+    (the failure-mode cell's symptom). Only the bug is computed here, never the merge the lab asks for."""
+    shown = False
     for c in calls:
         if c.kind != "call" or c.error or len(c.args) < 4 or not isinstance(c.result, torch.Tensor):
             continue
@@ -91,13 +104,10 @@ def _merged_in_low_precision(calls) -> bool:
         if weight.dtype not in (torch.float16, torch.bfloat16):
             continue
         buggy = merge_in_low_precision(weight, A, B, scaling)
-        once = (weight.float() + scaling * (B.float() @ A.float())).to(weight.dtype)
-        if torch.equal(buggy, once):
-            continue
         if not torch.equal(c.result, buggy):
             return False
-        told_apart = True
-    return told_apart
+        shown |= not torch.equal(merge_in_low_precision(buggy, A, B, -scaling), weight)
+    return shown
 
 
 # --- add_lora ----------------------------------------------------------------------------------------------
@@ -112,30 +122,25 @@ def substring_match(add_lora, model, target_modules, r, alpha, dropout=0.0):
     return add_lora(model, targets, r, alpha, dropout)
 
 
-def _exact_targets(model, keys):
-    return [n for n, m in model.named_modules()
-            if isinstance(m, nn.Linear) and any(n == k or n.endswith("." + k) for k in keys)]
-
-
 def _substring_targets(model, keys):
     return [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and any(k in n for k in keys)]
 
 
 def _adapts_substring_matches(calls) -> bool:
-    """add_lora returned a model (no error) where only a substring of a layer's name matched the keys,
-    which the exact rule rejects with ValueError, and raised where the substring rule finds nothing too.
+    """add_lora returned a model (no error) for a key found inside the names of layers whose own names differ
+    ("proj" in attn.q_proj, attn.k_proj, attn.out_proj): one key names layers of one name only, so some of those
+    were adapted without being asked for; and it raised exactly where the substring rule finds nothing too.
     The model stays in the student's kernel; what the calls show is where the student raised."""
     told_apart = False
     for c in calls:
         if c.kind != "call" or not c.args or not isinstance(c.args[0], nn.Module) or len(c.args) < 2:
             continue
         keys = [c.args[1]] if isinstance(c.args[1], str) else list(c.args[1])
-        exact, loose = _exact_targets(c.args[0], keys), _substring_targets(c.args[0], keys)
         raised = c.error is not None
-        if raised != (not loose):
+        if raised != (not _substring_targets(c.args[0], keys)):
             return False
-        if loose and not exact:
-            told_apart = True
+        names = [{n.rpartition(".")[2] for n in _substring_targets(c.args[0], [k])} for k in keys]
+        told_apart |= not raised and any(len(found) > 1 for found in names)
     return told_apart
 
 
