@@ -159,6 +159,15 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_feedback(args) -> int:
+    from autograder.feedback import refresh
+
+    results = refresh(_root(args), Path(args.out), Path(args.submissions) if args.submissions else None,
+                      args.db or os.environ.get("GENLAB_DB") or None, Path(args.course) if args.course else None)
+    print(f"redrew {len(results)} feedback page(s) from the gradebook: {Path(args.out).resolve() / 'feedback'}")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="genlab", description=__doc__.split("\n")[0])
     parser.add_argument("--root", help="course folder (default: the nearest folder with solutions/ or labs/)")
@@ -235,6 +244,15 @@ def main(argv=None) -> int:
                                                      "'lab1_vae=Lab 1: VAE (48213)' (Canvas: name and assignment id)")
     p.add_argument("--out", help="write here (default: standard output)")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("feedback", help="redraw a run's feedback pages from its gradebook (hand-graded points, "
+                                        "late penalties) without grading again")
+    p.add_argument("out", help="the genlab grade --out folder")
+    p.add_argument("--submissions", help="the graded submitted/ tree: apply course.toml's deadlines from its "
+                                         "timestamp.txt files")
+    p.add_argument("--db", help="gradebook URL (default: OUT/gradebook.db; also read from $GENLAB_DB)")
+    p.add_argument("--course", help="the course.toml whose [deadlines] apply (default: autograder/course.toml)")
+    p.set_defaults(func=cmd_feedback)
 
     args = parser.parse_args(argv)
     return args.func(args)

@@ -82,10 +82,25 @@ def _setup(db_url: str, root: Path, labs: list[str], staging: Path) -> None:
         generate(root, lab, Path(staging) / ".release", db_url)
 
 
+def _by_hand(gb, r) -> tuple[dict, dict]:
+    """What a TA gave this submission in formgrader (scores, extra credit, comments), kept across a regrade:
+    nbgrader's own autograde keeps them too (it updates a submission, where genlab replaces it)."""
+    from nbgrader.api import MissingEntry
+
+    try:
+        nb = gb.find_submission_notebook(r.lab, r.lab, r.student)
+    except MissingEntry:
+        return {}, {}
+    grades = {g.name: (g.manual_score, g.extra_credit) for g in nb.grades
+              if g.manual_score is not None or g.extra_credit is not None}
+    return grades, {c.name: c.manual_comment for c in nb.comments if c.manual_comment}
+
+
 def _record_one(gb, r) -> None:
     from nbgrader.api import MissingEntry
 
     gb.update_or_create_student(r.student)
+    grades, comments = _by_hand(gb, r)
     try:
         gb.remove_submission(r.lab, r.student)
     except MissingEntry:  # no earlier submission
@@ -93,6 +108,11 @@ def _record_one(gb, r) -> None:
     gb.add_submission(r.lab, r.student)
     for o in r.outcomes:
         gb.find_grade(o.test, r.lab, r.lab, r.student).auto_score = r.score(o.test)
+    for name, (manual, extra) in grades.items():
+        grade = gb.find_grade(name, r.lab, r.lab, r.student)
+        grade.manual_score, grade.extra_credit, grade.needs_manual_grade = manual, extra, False
+    for name, text in comments.items():
+        gb.find_comment(name, r.lab, r.lab, r.student).manual_comment = text
     gb.db.commit()
 
 

@@ -113,3 +113,84 @@ def test_apply_records_the_penalty_in_nbgrader_fields_and_never_twice(tmp_path):
             assert ao.late_submission_penalty == 0 and ao.extension == timedelta(hours=48)
             assert ao.total_seconds_late == 0
     assert lates[("jmuller", "lab1_vae")].describe() == "submitted 3 h 12 min late: −10%"
+
+
+@pytest.mark.slow
+def test_a_term_end_to_end_collect_grade_hand_grade_feedback_export(tmp_path):
+    """One Lab 1 notebook (the reference sample) through the whole term: a Canvas zip with a late student,
+    graded, the written answers hand-graded (through nbgrader's Gradebook API, as formgrader writes them), the
+    page redrawn twice (the penalty is not applied twice) and exported for Canvas."""
+    import io
+    import zipfile
+    from pathlib import Path
+
+    from nbgrader.api import Gradebook
+
+    from autograder import sandbox
+    from autograder.cli import main
+    from autograder.grade import grade_all
+
+    if sandbox.probe():
+        pytest.skip(f"no sandbox here: {sandbox.probe()}")
+    root = Path(__file__).resolve().parents[1]
+    sample = (root / "autograder" / "samples" / "reference" / "lab1_vae" / "lab1_vae.ipynb").read_bytes()
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr(zipfile.ZipInfo("müllerjosé_LATE_1001_88123_lab1_vae.ipynb", (2026, 12, 1, 9, 0, 0)), sample)
+    (tmp_path / "lab1.zip").write_bytes(buf.getvalue())
+    (tmp_path / "roster.csv").write_text("lms_id,name,email,student_id,sis_user_id,sis_login_id,section\n"
+                                         "1001,\"Müller, José\",jose@uni.example,jmuller,S1,jmuller,A\n")
+    (tmp_path / "times.csv").write_text("id,submitted_at\n1001,2026-10-02T03:12:00+02:00\n")   # 3 h 12 min late
+    course = tmp_path / "course.toml"
+    course.write_text('[deadlines.due]\nlab1_vae = "2026-10-02T00:00:00+02:00"\n'   # 2026-10-01 22:00 UTC
+                      '[deadlines.penalty]\nper = "hour"\npercent = 2.5\nmax_percent = 50\n')
+    subs, out = tmp_path / "submitted", tmp_path / "out"
+    assert main(["collect", str(tmp_path / "lab1.zip"), "--lab", "lab1_vae", "--into", str(subs),
+                 "--roster", str(tmp_path / "roster.csv"), "--times", str(tmp_path / "times.csv")]) == 0
+    [result] = grade_all(root, subs, out, labs=["lab1_vae"], progress=False)
+    assert result.total == result.max_total, result.marks()
+    feedback = ["feedback", str(out), "--submissions", str(subs), "--course", str(course)]
+    assert main(feedback) == 0
+    page = (out / "feedback" / "jmuller" / "lab1_vae" / "lab1_vae.html").read_text()
+    assert f"{result.total:g} / {result.max_total:g} autograded; 5 points of hand-graded answers still" in page
+    assert "submitted 3 h 12 min late: −10%" in page
+    canvas = ["export", str(out), "--format", "canvas", "--roster", str(tmp_path / "roster.csv")]
+    assert main([*canvas, "--out", str(tmp_path / "pending.csv")]) == 0
+    assert (tmp_path / "pending.csv").read_text().splitlines()[2] == '"Müller, José",1001,S1,jmuller,A,'
+    with Gradebook(f"sqlite:///{out / 'gradebook.db'}", "genlab") as gb:   # what formgrader writes
+        gb.find_grade("derivation_kl_general", "lab1_vae", "lab1_vae", "jmuller").manual_score = 3.0
+        gb.find_grade("beta_sweep_discussion", "lab1_vae", "lab1_vae", "jmuller").manual_score = 1.5
+        gb.db.commit()
+    raw = result.total + 4.5
+    for _ in range(2):
+        assert main(feedback) == 0
+        with Gradebook(f"sqlite:///{out / 'gradebook.db'}", "genlab") as gb:
+            assert gb.find_submission("lab1_vae", "jmuller").late_submission_penalty == pytest.approx(raw / 10)
+    page = (out / "feedback" / "jmuller" / "lab1_vae" / "lab1_vae.html").read_text()
+    assert f"Score: {raw:g} / {result.max_total + 5:g} ({result.total:g} / {result.max_total:g} autograded, " \
+           f"4.5 / 5 hand-graded); submitted 3 h 12 min late: −10% ({-raw / 10:g} points): " \
+           f"{raw * 0.9:g} / {result.max_total + 5:g}" in page
+    assert main([*canvas, "--out", str(tmp_path / "graded.csv")]) == 0
+    assert (tmp_path / "graded.csv").read_text().splitlines()[2] == f'"Müller, José",1001,S1,jmuller,A,{raw * 0.9:g}'
+
+
+def test_a_regrade_keeps_the_hand_graded_points_and_the_penalty_is_rewritten_not_added(tmp_path):
+    from types import SimpleNamespace
+
+    from nbgrader.api import Gradebook
+
+    from autograder.gradebook import _record_one
+
+    url = gradebook(tmp_path)
+    subs = tmp_path / "submitted"
+    _stamp(subs, "jmuller", "2026-10-02 01:12:00.000000 UTC")
+    d = _deadlines(per="hour", percent=2.5, max_percent=50)
+    apply(url, d, subs)
+    regraded = SimpleNamespace(student="jmuller", lab="lab1_vae", outcomes=[SimpleNamespace(test="t1"),
+                               SimpleNamespace(test="t2")], score=lambda test: {"t1": 2.0, "t2": 3.0}[test])
+    with Gradebook(url, "genlab") as gb:   # what genlab grade does to a submission graded again
+        _record_one(gb, regraded)
+        assert gb.find_grade("written", "lab1_vae", "lab1_vae", "jmuller").manual_score == 4.0
+    apply(url, d, subs)
+    with Gradebook(url, "genlab") as gb:
+        assert gb.find_submission("lab1_vae", "jmuller").late_submission_penalty == pytest.approx(0.9)  # 10% of 9
