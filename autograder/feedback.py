@@ -8,9 +8,11 @@ from __future__ import annotations
 import copy
 import csv
 import glob
+import html
 import json
 import logging
 import os
+import re
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -65,6 +67,16 @@ def _summary_cell(result: Result, score=None, late=None):
         if reasons:
             lines += ["", "**Why nothing was graded:**"] + [f"- {m}" for m in reasons]
     return nbformat.v4.new_markdown_cell("\n".join(lines))
+
+
+_HEADER_SCORE = re.compile(r"(<h4>[^<]*?)\(Score: [^)<]*\)(</h4>)")
+
+
+def _one_score_line(page: Path, line: str) -> None:
+    """The page's nbgrader header ("lab1_vae (Score: 19.0 / 34.0)") made to carry the summary's score line."""
+    if page.is_file():
+        text = page.read_text()
+        page.write_text(_HEADER_SCORE.sub(lambda m: f"{m[1]}({html.escape(line)}){m[2]}", text, count=1))
 
 
 def _write_reason_pages(out: Path, results, scores=None, lates=None) -> None:
@@ -133,6 +145,10 @@ def write_feedback(out: Path, db_url: str, results, pool: ProcessPoolExecutor | 
     else:  # one converter per lab: nbgrader's per-run cost paid once
         for lab in dict.fromkeys(r.lab for r in graded):
             _feedback_pages(out, db_url, lab)
+    for r in graded:  # nbgrader's header counts ungraded answers as 0: it says what the summary says instead
+        key = (r.student, r.lab)
+        _one_score_line(out / "feedback" / r.student / r.lab / f"{r.lab}.html",
+                        score_line(r, scores.get(key), lates.get(key)).strip("*"))
     _write_reason_pages(out, results, scores, lates)
     seal_pages(out / "feedback")  # no student script runs when a page is opened (autograder.sanitize)
 

@@ -11,7 +11,9 @@ student's JavaScript. Two walls, both built from libraries rather than a hand-wr
 2. :func:`seal_page`, on every HTML page written: the page's body, where the student's rendered markdown and
    outputs are, is cleaned again with nh3 (no script, no ``on*`` handler, no ``javascript:`` URL, no iframe,
    no form, images only from ``data:`` URLs), and a Content-Security-Policy meta tag that forbids every
-   script and every remote load goes first in the head.
+   script and every remote load goes first in the head. Before that, the LaTeX of the rendered markdown is
+   drawn as MathML (:func:`render_math`, with latex2mathml), which browsers render without script; the
+   allow-list admits MathML's presentation elements, never ``href``, ``maction`` or ``annotation-xml``.
 
 PNG and JPEG plots still display (``data:`` images), and so do SVG plots, after cleaning.
 """
@@ -59,6 +61,52 @@ SVG_ATTRIBUTES = {"*": {"id", "class", "style", "transform", "fill", "fill-opaci
                         "font-family", "font-weight", "font-style", "text-anchor", "dominant-baseline"}}
 
 
+# MathML (what latex2mathml writes for the pages' formulas): presentation elements and the attributes that
+# change only how they are drawn. No href, no event handler, no annotation-xml (which can carry HTML).
+MATH_TAGS = {"math", "mrow", "mi", "mn", "mo", "ms", "mtext", "mspace", "msub", "msup", "msubsup", "mfrac",
+             "msqrt", "mroot", "mover", "munder", "munderover", "mtable", "mtr", "mtd", "mstyle", "mpadded",
+             "mphantom", "menclose", "mmultiscripts", "mprescripts", "none", "semantics", "annotation"}
+_DRAWN = {"mathvariant", "displaystyle", "scriptlevel"}
+MATH_ATTRIBUTES = {"math": {"xmlns", "display"} | _DRAWN, "mi": _DRAWN, "mn": _DRAWN, "mtext": _DRAWN,
+                   "mrow": _DRAWN, "mstyle": _DRAWN | {"scriptminsize", "scriptsizemultiplier"},
+                   "mo": _DRAWN | {"stretchy", "fence", "separator", "lspace", "rspace", "minsize", "maxsize",
+                                   "largeop", "movablelimits", "symmetric", "form", "accent"},
+                   "mspace": {"width", "height", "depth"}, "mfrac": {"linethickness"}, "mover": {"accent"},
+                   "munder": {"accentunder"}, "munderover": {"accent", "accentunder"},
+                   "mtable": {"columnalign", "rowalign", "columnspacing", "rowspacing", "columnlines",
+                              "rowlines", "displaystyle"},
+                   "mtr": {"columnalign", "rowalign"}, "mtd": {"columnalign", "rowalign", "columnspan", "rowspan"},
+                   "mpadded": {"width", "height", "depth", "lspace", "voffset"}, "menclose": {"notation"},
+                   "annotation": {"encoding"}}
+PAGE_TAGS = nh3.ALLOWED_TAGS | MATH_TAGS
+PAGE_ATTRIBUTES = {**MATH_ATTRIBUTES, **HTML_ATTRIBUTES}
+
+# Math in rendered markdown: $$...$$ and \[...\] are display formulas, $...$ and \(...\) inline ones, as
+# Jupyter's renderer reads them. Only text between tags is searched, never <pre> or <code> (code is not math).
+_NOT_TEXT = re.compile(r"(<pre\b.*?</pre>|<code\b.*?</code>|<math\b.*?</math>|<script\b.*?</script>|"
+                       r"<style\b.*?</style>|<[^>]*>)", re.DOTALL | re.IGNORECASE)
+_MATH = re.compile(r"\$\$(?P<d1>.+?)\$\$|\\\[(?P<d2>.+?)\\\]|\\\((?P<i2>.+?)\\\)|"
+                   r"(?<![\\$])\$(?P<i1>[^$]+?)(?<![\\ ])\$(?!\$)", re.DOTALL)
+
+
+def _mathml(match: re.Match) -> str:
+    import html
+
+    from latex2mathml.converter import convert
+
+    latex = match["d1"] or match["d2"] or match["i1"] or match["i2"]
+    try:
+        return convert(html.unescape(latex).strip(), display="block" if match["d1"] or match["d2"] else "inline")
+    except Exception:  # noqa: BLE001 - a formula the converter cannot read stays as readable LaTeX
+        return match.group(0)
+
+
+def render_math(html_text: str) -> str:
+    """LaTeX formulas of rendered markdown as MathML, which browsers draw without any script (MathML Core)."""
+    parts = _NOT_TEXT.split(html_text)
+    return "".join(part if i % 2 else _MATH.sub(_mathml, part) for i, part in enumerate(parts))
+
+
 def _only_data_images(tag: str, attribute: str, value: str) -> str | None:
     """nh3 attribute filter: an image may come from a data: URL only (no remote load); a link never may."""
     if tag == "img" and attribute == "src":
@@ -72,6 +120,14 @@ def clean_html(html: str) -> str:
     """An HTML fragment with nothing active left in it (see the module's docstring)."""
     return nh3.clean(html, attributes=HTML_ATTRIBUTES, attribute_filter=_only_data_images,
                      url_schemes={"http", "https", "mailto", "data"}, link_rel="noopener noreferrer nofollow")
+
+
+def clean_page_body(html: str) -> str:
+    """A page's body: formulas drawn as MathML (:func:`render_math`), then cleaned as :func:`clean_html`
+    cleans, with the MathML elements and attributes above allowed too."""
+    return nh3.clean(render_math(html), tags=PAGE_TAGS, attributes=PAGE_ATTRIBUTES,
+                     attribute_filter=_only_data_images, url_schemes={"http", "https", "mailto", "data"},
+                     link_rel="noopener noreferrer nofollow")
 
 
 def clean_svg(svg: str) -> str:
@@ -122,10 +178,10 @@ def seal_page(page: str) -> str:
     """An HTML page with its body cleaned and a CSP that forbids script placed first in its head."""
     head, body_open, rest = page.partition("<body")
     if not body_open:  # not a whole page: the fragment itself is what must be clean
-        return CSP_META + clean_html(page)
+        return CSP_META + clean_page_body(page)
     tag_end = rest.index(">") + 1
     inner, body_close, tail = rest[tag_end:].rpartition("</body>")
-    body = body_open + rest[:tag_end] + clean_html(inner) + body_close + tail
+    body = body_open + rest[:tag_end] + clean_page_body(inner) + body_close + tail
     if CSP_META not in head:
         head = re.sub(r"<head[^>]*>", lambda m: m.group(0) + "\n" + CSP_META, head, count=1)
     return head + body

@@ -1,6 +1,7 @@
 """Due dates, extensions and late penalties (autograder/late.py): the rule, and the gradebook it writes."""
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -170,6 +171,8 @@ def test_a_term_end_to_end_collect_grade_hand_grade_feedback_export(tmp_path):
     assert f"Score: {raw:g} / {result.max_total + 5:g} ({result.total:g} / {result.max_total:g} autograded, " \
            f"4.5 / 5 hand-graded); submitted 3 h 12 min late: −10% ({-raw / 10:g} points): " \
            f"{raw * 0.9:g} / {result.max_total + 5:g}" in page
+    header = re.search(r"<h4>[^<]*</h4>", page)[0]   # nbgrader's own score line says the same
+    assert "autograded" in header and "4.5 / 5 hand-graded" in header and "−10%" in header, header
     assert main([*canvas, "--out", str(tmp_path / "graded.csv")]) == 0
     assert (tmp_path / "graded.csv").read_text().splitlines()[2] == f'"Müller, José",1001,S1,jmuller,A,{raw * 0.9:g}'
 
