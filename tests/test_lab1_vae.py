@@ -64,6 +64,24 @@ def test_sigmoid_first_loses_the_gradient_before_the_loss():
     assert abs(ell.grad.item()) < 1e-6
 
 
+def _bce_bug_loss_and_grad(target, logit):
+    ell = torch.tensor([[logit]], requires_grad=True)
+    loss = bug("lab1_vae", "bce_on_sigmoid").impl(torch.full((1, 1), target), ell, torch.zeros(1, 1), torch.zeros(1, 1))
+    loss.backward()
+    return loss.item(), ell.grad.item()
+
+
+def test_sigmoid_first_breaks_at_the_clamps_on_both_sides():
+    """Section 6.5: target 0 breaks where sigmoid rounds to 1 (about +17); target 1 where p(1 - p) < 1e-12."""
+    assert _bce_bug_loss_and_grad(0.0, 10.0) == pytest.approx((10.0, 1.0), rel=1e-3)
+    loss, grad = _bce_bug_loss_and_grad(0.0, 17.5)          # sigmoid(17.5) is exactly 1 in float32
+    assert loss == 100.0 and grad == 0.0
+    p = torch.sigmoid(torch.tensor(-30.0))                   # p(1 - p) < 1e-12: the backward clamp scales the gradient
+    loss, grad = _bce_bug_loss_and_grad(1.0, -30.0)
+    assert loss == pytest.approx(30.0, rel=1e-4)
+    assert grad == pytest.approx(((p - 1) * p * (1 - p) / 1e-12).item(), rel=1e-3)
+
+
 def _bound_inputs(k=100, dtype=torch.float64):
     torch.manual_seed(0)
     x = (torch.rand(4, 64, dtype=dtype) > 0.5).to(dtype)
@@ -119,4 +137,5 @@ def test_failure_modes_run_the_catalogued_bugs_they_name():
     source = "\n".join(c.source for c in nbformat.read(str(SOURCE), as_version=4).cells)
     shown = {b.id for b in bugs_for("lab1_vae") if f'bug("lab1_vae", "{b.id}")' in source}
     assert shown == {"torch_normal_sampler", "exp_logvar_as_std", "recon_mean_per_pixel", "eps_default_dtype",
-                     "bce_on_sigmoid", "kl_sign_flipped", "eps_shared_across_batch", "detached_sample"}
+                     "bce_on_sigmoid", "kl_sign_flipped", "eps_shared_across_batch", "detached_sample",
+                     "iwae_naive_log_mean_exp"}   # 6.9: on this model, and its log-weights scaled to 784 pixels

@@ -96,8 +96,8 @@ def recon_mean_per_pixel(negative_elbo, x, x_logits, mu, logvar, beta=1.0):
 
 @edit("negative_elbo")
 def bce_on_sigmoid(negative_elbo, x, x_logits, mu, logvar, beta=1.0):
-    # binary_cross_entropy on sigmoid probabilities, which saturate to exactly 0 or 1 for large logits (PyTorch
-    # clamps log(0) to -100, and the gradient with it): your loss, plus what that does to each pixel's term.
+    # binary_cross_entropy on sigmoid probabilities: PyTorch clamps each log at -100 and divides the gradient by
+    # max(p(1 - p), 1e-12), so confident pixels lose both. Your loss, plus what that does to each pixel's term.
     saturating = F.binary_cross_entropy(torch.sigmoid(x_logits), x.expand_as(x_logits), reduction="none")
     stable = F.binary_cross_entropy_with_logits(x_logits, x.expand_as(x_logits), reduction="none")
     return negative_elbo(x, x_logits, mu, logvar, beta) + (saturating - stable).flatten(1).sum(1).mean()
@@ -188,11 +188,15 @@ BUGS = [
         "Bowman et al. 2016 (posterior collapse); PyTorch docs: BCEWithLogitsLoss reduction",
         recon_mean_per_pixel),
     Bug("bce_on_sigmoid", "negative_elbo", "binary_cross_entropy(sigmoid(logits))",
-        "sigmoid saturates to exactly 0 or 1 for large logits; PyTorch then clamps log(0) to -100, so the "
-        "loss and its gradient are wrong for confident pixels.",
+        "binary_cross_entropy clamps each log at -100 and, in its backward pass, divides by max(p(1 - p), 1e-12): "
+        "once p(1 - p) < 1e-12 the sigmoid's own derivative no longer cancels, and the gradient of a confident, "
+        "wrong pixel vanishes (float32: from a logit of about +17 for target 0, where sigmoid rounds to exactly 1, "
+        "and about -28 for target 1); where p rounds to exactly 0 or 1 the loss is stuck at 100.",
         "compute the loss from the logits, with the numerically stable loss PyTorch provides for logits, not from "
         "sigmoid probabilities.",
-        "PyTorch docs: BCELoss (log clamped at -100) and BCEWithLogitsLoss (numerically stable)",
+        "torch/_decomp/decompositions.py: binary_cross_entropy (log clamped at -100) and "
+        "binary_cross_entropy_backward (EPSILON = 1e-12), as in aten/src/ATen/native/Loss.cpp; PyTorch docs: "
+        "BCELoss and BCEWithLogitsLoss (numerically stable)",
         bce_on_sigmoid),
     Bug("elbo_not_negated", "negative_elbo", "the ELBO returned instead of its negative",
         "the loss has the wrong sign; an optimiser minimising it makes reconstructions worse.",
@@ -205,9 +209,10 @@ BUGS = [
         "Burda, Grosse & Salakhutdinov 2016, Eq. 8 and Theorem 1 (L_1 is the ELBO; L_k increases with k)",
         iwae_mean_of_log_weights),
     Bug("iwae_naive_log_mean_exp", "iwae_bound", "log(mean(exp(log_w))) computed directly",
-        "log-weights of a digit are hundreds of nats below 0; exp underflows to exactly 0 and the bound "
-        "comes back as -inf (and its gradient as NaN).",
-        "never exponentiate log-weights of hundreds of nats: reduce them in the log domain, with an operation that "
+        "exp of a log-weight below about -104 nats (float32) or -745 (float64) is exactly 0: when every weight of "
+        "an example underflows (a confident, wrong decoder; images of hundreds of pixels), the bound comes back "
+        "as -inf (and its gradient as NaN).",
+        "never exponentiate log-weights: reduce them in the log domain, with an operation that "
         "subtracts the maximum first.",
         "PyTorch docs: torch.logsumexp (numerically stabilized); Burda et al. 2016, Sec. 5",
         iwae_naive_log_mean_exp),
