@@ -10,7 +10,18 @@
 
 It answers what no per-student feedback can: which misconceptions are common ("31% of the class flipped the
 KL's sign"). Every bug of each lab's catalogue is listed, with 0% where nobody made it, so an empty row is a
-measurement, not a forgotten bug.
+measurement, not a forgotten bug. Beyond the catalogue, per lab:
+
+- item analysis per test (:mod:`autograder.items`): pass rate, point-biserial discrimination, and flags for a
+  test nearly everyone fails or one with negative discrimination;
+- misconception clusters (:mod:`autograder.clusters`): students who failed a function's tests in the same way
+  and whom no catalogued bug names, with a representative student's solution cell
+  (``genlab catalog suggest`` turns one into a catalogue entry);
+- similar solutions (:mod:`autograder.similarity`): pairs of students sharing long spans of their own code.
+
+The solution cells shown come from ``results.json`` (``solutions``; for older runs, the autograded
+notebooks beside it). This page is the instructor's alone: no part of it goes into any student's
+feedback.
 
 The page is sanitized by construction: every string from a submission (student names, messages) is
 HTML-escaped, figures are embedded PNGs (``data:`` URLs), and a Content-Security-Policy forbids scripts and
@@ -23,12 +34,20 @@ import csv
 import io
 import json
 from collections import defaultdict
+from dataclasses import dataclass
+from functools import lru_cache
 from html import escape
 from pathlib import Path
 
+from autograder import clusters as clustering
+from autograder import items as item_analysis
+from autograder import similarity
+
 HTML_NAME, CSV_NAME = "class-report.html", "class-report.csv"
-CSV_COLUMNS = ["lab", "kind", "name", "function", "count", "of", "percent", "students"]
+# statistic: an item's discrimination, a similar pair's smaller share; detail: flags, a cluster's relations
+CSV_COLUMNS = ["lab", "kind", "name", "function", "count", "of", "percent", "students", "statistic", "detail"]
 PASSED, FAILED = "passed", "failed"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _gradebook_scores(db_url: str) -> dict[tuple[str, str], dict[str, tuple[float | None, float]]]:
@@ -63,6 +82,52 @@ def _results(files) -> dict[tuple[str, str], dict]:
         for entry in json.loads(Path(path).read_text()):
             found[(entry["student"], entry["lab"])] = entry
     return found
+
+
+def _sources(files, out: Path, details=None) -> dict[tuple[str, str], dict[str, str]]:
+    """{(student, lab): {grade_id: source}} of the solution cells: from results.json (``solutions``), else from
+    the autograded notebooks beside each results.json (a shard's own folder) and in ``out`` (older runs)."""
+    import nbformat
+
+    from genlab.testing.notebook import grade_id, is_solution
+
+    found = {key: entry["solutions"] for key, entry in (details or {}).items() if entry.get("solutions")}
+    for folder in dict.fromkeys([Path(f).parent for f in files] + [Path(out)]):
+        for path in sorted((folder / "autograded").glob("*/*/*.ipynb")):
+            student, lab = path.parent.parent.name, path.parent.name
+            if (student, lab) in found:
+                continue
+            try:
+                nb = nbformat.read(str(path), as_version=4)
+            except Exception:  # noqa: BLE001 - an unreadable copy: no code shown for it
+                continue
+            found[(student, lab)] = {grade_id(c): c.source for c in nb.cells if is_solution(c)}
+    return found
+
+
+@dataclass(frozen=True)
+class LabInfo:
+    """What the report needs of a lab's own folder: each test's function, what calls what, the boilerplate."""
+    tests_of: dict
+    depends: dict
+    boilerplate: list
+
+
+@lru_cache(maxsize=None)
+def lab_info(lab: str) -> LabInfo:
+    import nbformat
+
+    from autograder.labs import LabFolder
+    from autograder.sample_submissions import reference_sources
+    from genlab.testing.notebook import LabNotebook
+
+    folder = LabFolder(ROOT, lab)
+    if not folder.source.is_file():
+        return LabInfo({}, {}, [])
+    tests_of = {t: spec["function"] for t, spec in LabNotebook.read(folder.source).tests.items()}
+    release = nbformat.read(str(folder.release), as_version=4) if folder.release.is_file() else None
+    given = [c.source for c in release.cells if c.cell_type == "code"] if release else []  # what code can copy
+    return LabInfo(tests_of, folder.depends, given + list(reference_sources(folder).values()))
 
 
 def _png(fig) -> str:
@@ -157,6 +222,73 @@ def _odd_statuses(lab, status):
     return odd_rows, csv_rows
 
 
+def _items(lab, tests, students, scores, info):
+    """Item analysis per test: rows for the page and the CSV (autograder.items)."""
+    found = item_analysis.analyse(tests, students, lambda s, t: (lambda v: None if v[0] is None else v)(
+        scores[(s, lab)].get(t, (None, 0.0))))
+    rows, csv_rows = [], []
+    for it in found:
+        r = "" if it.discrimination is None else f"{it.discrimination:.2f}"
+        rate = "-" if it.difficulty is None else f"{100 * it.difficulty:.0f}%"
+        rows.append([it.test, info.tests_of.get(it.test, ""), f"{it.passed}/{it.graded}", rate,
+                     r or "none (no variance)", "; ".join(it.flags)])
+        csv_rows.append([lab, "item", it.test, info.tests_of.get(it.test, ""), it.passed, it.graded,
+                         "" if it.difficulty is None else round(100 * it.difficulty, 1), "", r, ";".join(it.flags)])
+    return rows, csv_rows
+
+
+def _clusters(lab, details, students, info, sources):
+    """Misconception clusters per function (autograder.clusters): HTML and CSV rows."""
+    entries = {s: details[(s, lab)] for s in students if (s, lab) in details}
+    found = clustering.for_lab(entries, info.tests_of, info.depends)
+    html, csv_rows = [], []
+    for function, groups in found.items():
+        if not groups:
+            continue
+        total = sum(len(c.students) for c in groups)
+        html.append(f"<h4>{escape(function)}</h4><p>{total} students lost marks on it with no catalogued bug "
+                    f"named, in {len(groups)} groups of the same behaviour.</p>")
+        rows = []
+        for c in groups:
+            rows.append([c.index, len(c.students), ", ".join(c.students), ", ".join(c.tests),
+                         ", ".join(c.relations) or "none of the listed relations", c.representative])
+            csv_rows.append([lab, "cluster", f"{function}#{c.index}", function, len(c.students), total,
+                             _pct(len(c.students), total), ";".join(c.students), c.representative,
+                             ";".join(c.relations)])
+        html.append(_table(["cluster", "students", "who", "tests failed", "outputs vs the reference's",
+                            "representative"], rows, "clusters"))
+        for c in groups:
+            if len(c.students) < 2:
+                continue
+            code = sources.get((c.representative, lab), {}).get(function)
+            html.append(f"<p>cluster {c.index} ({len(c.students)} students), {escape(c.representative)}'s "
+                        f"solution cell (<code>genlab catalog suggest RUN_DIR {escape(function)} {c.index}</code> "
+                        "writes it as a catalogue entry):</p>"
+                        + (f'<pre class="code">{escape(code)}</pre>' if code is not None
+                           else "<p>(no autograded notebook found for this student)</p>"))
+    return "".join(html) or "<p>none: every failure is named by a catalogued bug, or nobody failed</p>", csv_rows
+
+
+def _similarity(lab, students, info, sources):
+    """Pairs of similar solutions (autograder.similarity): HTML and CSV rows."""
+    codes = {s: list(sources[(s, lab)].values()) for s in students if (s, lab) in sources}
+    pairs = similarity.similar_pairs(codes, info.boilerplate)
+    csv_rows = [[lab, "similar_pair", f"{p.a} | {p.b}", "", p.shared_chars, "", round(100 * min(p.similarity), 1),
+                 f"{p.a};{p.b}", f"{min(p.similarity):.2f}", f"{p.similarity[0]:.2f};{p.similarity[1]:.2f}"]
+                for p in pairs]
+    head = (f"<p>{len(codes)} students' solution cells compared (winnowing, names ignored; the release's text "
+            f"and the reference solution left out as boilerplate); pairs whose shared code is at least "
+            f"{similarity.THRESHOLD:.0%} of each one's own code. This is evidence to read, not a finding: code "
+            "is shared for honest reasons too.</p>")
+    if not pairs:
+        return head + "<p>no pair above the threshold</p>", csv_rows
+    body = "".join(
+        f"<h4>{escape(p.a)} and {escape(p.b)}: {p.similarity[0]:.0%} / {p.similarity[1]:.0%} shared "
+        f"({p.shared_chars} characters)</h4><div class=\"pair\"><pre class=\"code\">{p.highlighted[0]}</pre>"
+        f"<pre class=\"code\">{p.highlighted[1]}</pre></div>" for p in pairs)
+    return head + body, csv_rows
+
+
 def _figures(lab, totals, max_total, students, tests, pass_rates, bug_counts, seconds) -> list[str]:
     figures = [
         _figure(lambda ax: (ax.hist(list(totals.values()), bins=min(20, max(5, len(students))),
@@ -181,8 +313,9 @@ def _figures(lab, totals, max_total, students, tests, pass_rates, bug_counts, se
     return figures
 
 
-def _lab_report(lab, scores, details):
+def _lab_report(lab, scores, details, sources):
     """(summary row, CSV rows, HTML section) for one lab."""
+    info = lab_info(lab)
     enrolled = sorted(s for s, lab_ in scores if lab_ == lab)
     # A student whose every test is "missing" handed nothing in: listed under statuses, left out of the
     # class's figures (a zero for an absent notebook says nothing about the lab).
@@ -198,6 +331,8 @@ def _lab_report(lab, scores, details):
                f"{sum(totals.values()) / len(students):.1f}" if students else "-", len(known)]
     rows_csv = [[lab, "score", s, "", f"{totals[s]:g}", f"{max_total:g}", _pct(totals[s], max_total), s]
                 for s in students]
+    item_rows, more = _items(lab, tests, students, scores, info)
+    rows_csv += more
     pass_rows, pass_rates, more = _pass_rates(lab, tests, students, scores, status)
     rows_csv += more
     bug_rows, bug_counts, trusted, more = _bug_frequencies(lab, status, known)
@@ -206,6 +341,10 @@ def _lab_report(lab, scores, details):
     rows_csv += more
     seconds = {s: float(details[(s, lab)].get("seconds", 0.0)) for s in known}
     rows_csv += [[lab, "seconds", s, "", f"{seconds[s]:g}", "", "", s] for s in known]
+    cluster_html, more = _clusters(lab, details, students, info, sources)
+    rows_csv += more
+    similar_html, more = _similarity(lab, students, info, sources)
+    rows_csv += more
     figures = _figures(lab, totals, max_total, students, tests, pass_rates, bug_counts, seconds)
     slowest = sorted(seconds.items(), key=lambda kv: -kv[1])[:10]
     section = (
@@ -219,6 +358,17 @@ def _lab_report(lab, scores, details):
         + "<h3>Catalogued bugs diagnosed, per function</h3>"
         + f"<p>% of the {len(trusted)} students with statuses whose notebook was not tampered with.</p>"
         + _table(["function", "bug", "what", "students", "% of class", "who"], bug_rows, "bugs")
+        + "<h3>Item analysis per test</h3>"
+        + "<p>Pass rate, and discrimination: the point-biserial correlation of passing the test with the rest of "
+          "the student's total (none where either has no variance). A flag marks a test to read again: "
+          f"nearly everyone fails (at most {item_analysis.FAIL_RATE:.0%} pass), or negative discrimination "
+          f"(r below {item_analysis.NEGATIVE_R:g}); none with fewer than {item_analysis.MIN_STUDENTS} students.</p>"
+        + _table(["test", "function", "passed", "pass rate", "discrimination", "flags"], item_rows, "items")
+        + '<h3 id="' + escape(lab) + '-clusters">Uncatalogued misconceptions: students grouped by behaviour</h3>'
+        + "<p>For each function, the students who lost marks on it and whom no catalogued bug names, grouped by "
+          "the tests they failed and by how their outputs relate to the reference's on the same inputs.</p>"
+        + cluster_html
+        + '<h3 id="' + escape(lab) + '-similarity">Similar solutions (instructor only)</h3>' + similar_html
         + "<h3>Statuses other than passed/failed</h3>"
         + (_table(["status", "student", "tests", "first reason"], odd_rows, "statuses") if odd_rows
            else "<p>none</p>")
@@ -243,9 +393,21 @@ def write_class_report(out: Path, db_url: str | None = None, results_files=None)
         results_files = [out / "results.json"] if (out / "results.json").is_file() else []
     scores = _gradebook_scores(db_url)
     details = _results(results_files)
-    reports = [_lab_report(lab, scores, details) for lab in sorted({lab for _, lab in scores})]
+    html, rows = render(scores, details, _sources(results_files, out, details))
     html_path, csv_path = out / HTML_NAME, out / CSV_NAME
-    html_path.write_text(
+    html_path.write_text(html)
+    with csv_path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(CSV_COLUMNS)
+        writer.writerows(rows)
+    return html_path, csv_path
+
+
+def render(scores, details, sources) -> tuple[str, list[list]]:
+    """The page and the CSV rows, from the gradebook's scores ({(student, lab): {test: (score, max)}}), the
+    results.json entries ({(student, lab): entry}) and the solution cells ({(student, lab): {grade_id: source}})."""
+    reports = [_lab_report(lab, scores, details, sources) for lab in sorted({lab for _, lab in scores})]
+    return (
         "<!DOCTYPE html><html><head><meta charset=\"utf-8\">"
         # No scripts, no requests: the page shows only what is in it.
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; "
@@ -253,13 +415,10 @@ def write_class_report(out: Path, db_url: str | None = None, results_files=None)
         "<title>genlab class report</title><style>"
         "body{font-family:sans-serif;max-width:1100px;margin:1em auto}table{border-collapse:collapse;margin:.5em 0}"
         "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px;text-align:left}img{margin:4px;max-width:100%}"
+        "pre.code{background:#f6f6f6;padding:6px;font-size:12px;overflow-x:auto;flex:1}mark{background:#ffd54f}"
+        ".pair{display:flex;gap:8px}"
         "</style></head><body><h1>Class report</h1>"
         + _table(["lab", "handed in", "not handed in", "max score", "mean score", "with statuses"],
                  [summary for summary, _, _ in reports], "summary")
-        + "".join(section for _, _, section in reports) + "</body></html>")
-    with csv_path.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(CSV_COLUMNS)
-        for _, rows, _ in reports:
-            writer.writerows(rows)
-    return html_path, csv_path
+        + "".join(section for _, _, section in reports) + "</body></html>",
+        [row + [""] * (len(CSV_COLUMNS) - len(row)) for _, rows, _ in reports for row in rows])

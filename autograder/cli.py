@@ -1,4 +1,5 @@
-"""The ``genlab`` command line: ``doctor`` and ``check`` (students) and ``release``, ``grade`` and ``audit`` (instructors).
+"""The ``genlab`` command line: ``doctor`` and ``check`` (students) and ``release``, ``grade``, ``audit`` and
+``catalog suggest`` (instructors).
 
 This dispatcher lives on the grader's side so that trust flows one way: it hands ``doctor`` and ``check``
 to the student package (:mod:`genlab`), which never imports the grader, and ``release`` and ``grade`` to
@@ -159,6 +160,18 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_catalog_suggest(args) -> int:
+    from autograder import suggest
+
+    try:
+        lab, cluster, code = suggest.find(Path(args.run_dir), args.function, args.cluster)
+    except (KeyError, FileNotFoundError) as exc:
+        print(f"genlab catalog suggest: {exc.args[-1] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
+        return 2
+    print(suggest.skeleton(lab, cluster, code))
+    return 0
+
+
 def cmd_feedback(args) -> int:
     from autograder.feedback import refresh
 
@@ -244,6 +257,15 @@ def main(argv=None) -> int:
                                                      "'lab1_vae=Lab 1: VAE (48213)' (Canvas: name and assignment id)")
     p.add_argument("--out", help="write here (default: standard output)")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("catalog", help="the bug catalogue: turn what a graded class shows into entries")
+    catalog = p.add_subparsers(dest="catalog_command", required=True)
+    q = catalog.add_parser("suggest", help="print a Bug(...) entry, with the representative student's code, for "
+                                           "a misconception cluster of the class report")
+    q.add_argument("run_dir", help="the --out folder of a grading run (results.json, autograded/)")
+    q.add_argument("function", help="the graded function, e.g. gaussian_kl")
+    q.add_argument("cluster", type=int, help="the cluster's number in the class report (1 = the largest)")
+    q.set_defaults(func=cmd_catalog_suggest)
 
     p = sub.add_parser("feedback", help="redraw a run's feedback pages from its gradebook (hand-graded points, "
                                         "late penalties) without grading again")

@@ -30,6 +30,7 @@ from typing import Callable
 
 import nbformat
 
+from autograder import behaviour
 from autograder.assemble import Assembled, assemble
 from autograder.channel import ChannelTampered
 from autograder.kernel import KernelLost, KernelSession, RemoteTimeout
@@ -176,6 +177,7 @@ class Grading:
     replay: list[str] = field(default_factory=list)    # the student-side cells run so far, for a fresh kernel
     stopped_by: str | None = None                      # the test, or lab cell, that stopped the kernel
     revivals: int = 0
+    behaviour: dict = field(default_factory=dict)      # failing function -> its outputs vs the reference's
 
     @property
     def notes(self) -> list[str]:
@@ -359,6 +361,10 @@ def diagnose_failures(g: Grading) -> None:
         if outcome.status != Status.PASSED:
             function = g.lab.tests[test]["function"]
             outcome.diagnosis = diagnose(g.lab.bugs, [c for c in g.calls if c.name == function], g.lab.reference)
+    # For the class report's misconception clusters: how each failing function's outputs relate to the
+    # reference's (labels and counts, no tensor; autograder.behaviour).
+    failing = dict.fromkeys(g.lab.tests[t]["function"] for t, o in g.outcomes.items() if o.status != Status.PASSED)
+    g.behaviour = behaviour.for_failures(failing, g.calls, g.lab.reference)
 
 
 def verdict(g: Grading) -> None:
@@ -383,7 +389,7 @@ def verdict(g: Grading) -> None:
         final.append(outcome)
     g.notes[:] = [student_text(n, MAX_MESSAGE_CHARS) for n in g.notes]
     g.evidence[:] = [student_text(e, MAX_MESSAGE_CHARS) for e in g.evidence]
-    g.result = Result(g.student, g.lab.id, final, points, g.notes, g.evidence, g.assembled.nb)
+    g.result = Result(g.student, g.lab.id, final, points, g.notes, g.evidence, g.assembled.nb, behaviour=g.behaviour)
 
 
 STEPS: list[Callable[[Grading], None]] = [read, assemble_cells, scan, start_kernel, run_cells, integrity,

@@ -28,6 +28,7 @@ class Status(StrEnum):
 MARKS = {Status.FAILED: "x", Status.ERROR: "E", Status.TIMEOUT: "T", Status.KILLED: "K", Status.TAMPERED: "!",
          Status.MISSING: "-"}
 CSV_COLUMNS = ["student", "lab", "test", "score", "max_score", "status", "diagnosis"]
+MAX_SOLUTION_CHARS = 20000   # one solution cell, as results.json keeps it
 
 
 @dataclass
@@ -41,6 +42,9 @@ class Result:
     notebook: nbformat.NotebookNode | None = None   # the graded notebook (None: nothing ran)
     seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)   # seconds per pipeline step
+    # failing function -> {"calls": n, "relations": {label: count}}: its outputs against the reference's on the
+    # same inputs (autograder.behaviour), for the class report's clusters; labels only, a few hundred bytes
+    behaviour: dict[str, dict] = field(default_factory=dict)
 
     @classmethod
     def every_test(cls, student: str, lab: str, points: dict[str, float], status: Status, message: str,
@@ -73,7 +77,17 @@ class Result:
                 "tests": [{"test": o.test, "status": str(o.status), "score": self.score(o.test),
                            "max_score": self.points[o.test], "message": o.message,
                            "diagnosis": [b.id for b in o.diagnosis], "seconds": round(o.seconds, 3)}
-                          for o in self.outcomes]}
+                          for o in self.outcomes],
+                "behaviour": self.behaviour, "solutions": self.solutions()}
+
+    def solutions(self) -> dict[str, str]:
+        """The student's solution cells by grade_id (none when nothing ran): the class report's clusters show
+        them and its similarity check compares them, on the instructor's pages only. Cut to a page each."""
+        from genlab.testing.notebook import grade_id, is_solution
+
+        if self.notebook is None:
+            return {}
+        return {grade_id(c): c.source[:MAX_SOLUTION_CHARS] for c in self.notebook.cells if is_solution(c)}
 
     @classmethod
     def from_json(cls, data: dict, notebook: nbformat.NotebookNode | None = None) -> "Result":
@@ -81,7 +95,8 @@ class Result:
         outcomes = [Outcome(t["test"], Status(t["status"]), t["message"], t.get("seconds", 0.0),
                             [catalogued_bug(lab, b) for b in t["diagnosis"]]) for t in data["tests"]]
         return cls(data["student"], lab, outcomes, {t["test"]: t["max_score"] for t in data["tests"]},
-                   data["notes"], data["evidence"], notebook, data["seconds"], data.get("phases", {}))
+                   data["notes"], data["evidence"], notebook, data["seconds"], data.get("phases", {}),
+                   data.get("behaviour", {}))
 
     def marks(self) -> list[str]:
         """One mark per test for the console table: points earned, or what stopped the test."""

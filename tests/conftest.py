@@ -116,8 +116,9 @@ def shared_folder(tmp_path_factory, name: str) -> Path:
 
 @pytest.fixture(scope="session")
 def graded_class(tmp_path_factory) -> Path:
-    """A few Lab 1 samples graded through the command line (``genlab grade``), and the class report written
-    from the output: what tests/test_class_report.py checks and tests/test_browser.py opens in the browser.
+    """A few Lab 1 samples and the students of tests/class_students.py graded through the command line
+    (``genlab grade``), and the class report written from the output: what tests/test_class_report.py and
+    tests/test_clusters.py check and tests/test_browser.py opens in the browser.
     Graded once per run, whichever worker asks first (a file lock): the two files often run on different
     pytest workers, which each graded the class again."""
     from filelock import FileLock
@@ -133,6 +134,11 @@ def graded_class(tmp_path_factory) -> Path:
         # a student name a page must escape, not run
         shutil.copytree(ROOT / "autograder" / "samples" / "reference" / "lab1_vae",
                         submissions / "<img src=x onerror=alert(1)>" / "lab1_vae")
+        # the class the report's clusters and similarity are tested on (tests/class_students.py): graded in
+        # this same run, not one of their own
+        import class_students
+
+        class_students.write_all(ROOT, submissions)
         cmd = [sys.executable, "-m", "autograder.cli", "--root", str(ROOT), "grade", str(submissions), "--out",
                str(out), "--workers", "2", "--lab", "lab1_vae", "--cell-timeout", "60"]
         if shutil.which("bwrap") is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import shutil
 from collections import defaultdict
 
 import pytest
@@ -69,13 +70,22 @@ def test_page_is_static_and_escaped(graded_class):
 
 
 def test_sharded_results_combine(graded_class, tmp_path):
-    """Two machines' results.json, one gradebook: the report covers every student once."""
+    """Two machines' results.json, each beside its own autograded notebooks, one gradebook: the report covers
+    every student once, and is the single run's, item analysis, clusters and similar pairs included."""
     results = json.loads((graded_class / "results.json").read_text())
     half = len(results) // 2
     files = []
     for i, part in enumerate((results[:half], results[half:])):
-        files.append(tmp_path / f"shard{i}.json")
+        shard = tmp_path / f"shard{i}"
+        for r in part:
+            shutil.copytree(graded_class / "autograded" / r["student"], shard / "autograded" / r["student"])
+        files.append(shard / "results.json")
         files[-1].write_text(json.dumps(part))
     (tmp_path / "gradebook.db").write_bytes((graded_class / "gradebook.db").read_bytes())
     write_class_report(tmp_path, results_files=files)
-    assert _rows(tmp_path) == _rows(graded_class)
+    rows = _rows(tmp_path)
+    assert rows == _rows(graded_class)
+    assert {r["kind"] for r in rows} >= {"item", "cluster", "similar_pair"}
+    without_figures = [re.sub(r'src="data:image/png;base64,[^"]*"', "", (d / "class-report.html").read_text())
+                       for d in (tmp_path, graded_class)]
+    assert without_figures[0] == without_figures[1]
