@@ -81,11 +81,13 @@ def test_outputs_agree_with_peft_unmerged_and_merged(ref, targets, r, alpha, con
 
 
 def test_merge_lora_equals_peft_merge_in_bf16(ref):
-    """peft merges half-precision weights in float32 and rounds once (PR #1978): so does merge_lora."""
+    """With peft's default autocast_adapter_dtype=True, a bf16 base gets float32 adapters: the delta is float32 and
+    the in-place add into the bf16 weight computes in float32 and rounds once, as merge_lora does."""
     torch.manual_seed(1)
     model = nn.Sequential(nn.Linear(48, 64)).to(torch.bfloat16)
     theirs = peft.get_peft_model(copy.deepcopy(model), peft.LoraConfig(r=16, lora_alpha=8, target_modules=["0"]))
     layer = theirs.base_model.model[0]
+    assert layer.lora_A["default"].weight.dtype == torch.float32, "peft's autocast_adapter_dtype=True upcasts adapters"
     with torch.no_grad():
         layer.lora_B["default"].weight.normal_(0, 0.25)
     A, B = layer.lora_A["default"].weight.detach().clone(), layer.lora_B["default"].weight.detach().clone()
@@ -95,6 +97,30 @@ def test_merge_lora_equals_peft_merge_in_bf16(ref):
     assert (ours == merged).double().mean() >= 0.99
     low = bug(LAB, "merge_in_low_precision").impl(model[0].weight.detach(), A, B, 8 / 16)
     assert (low == merged).double().mean() < 0.97, "the catalogued low-precision merge should differ from peft's"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_peft_merge_of_half_precision_adapters_on_cpu_rounds_twice(ref, dtype):
+    """Section 4's statement, from peft 0.21.2's tuners/lora/layer.py: with adapters in bf16/fp16 on the CPU,
+    get_delta_weight computes B A and its scaling in float32 and casts the delta back (round 1), and merge adds it
+    to the weight in that dtype (round 2). So peft's merge is the twice-rounded one, not merge_lora's."""
+    torch.manual_seed(2)
+    model = nn.Sequential(nn.Linear(48, 64)).to(dtype)
+    theirs = peft.get_peft_model(copy.deepcopy(model), peft.LoraConfig(r=16, lora_alpha=8, target_modules=["0"]),
+                                 autocast_adapter_dtype=False)
+    layer = theirs.base_model.model[0]
+    assert layer.lora_A["default"].weight.dtype == dtype
+    with torch.no_grad():
+        layer.lora_B["default"].weight.normal_(0, 0.25)
+    W = model[0].weight.detach()
+    A, B = layer.lora_A["default"].weight.detach().clone(), layer.lora_B["default"].weight.detach().clone()
+    merged = theirs.merge_and_unload()[0].weight.detach()
+    twice = W + (8 / 16 * (B.float() @ A.float())).to(dtype)      # delta rounded, then the sum rounded
+    assert torch.equal(merged, twice)
+    once = ref.merge_lora(W, A, B, 8 / 16)
+    exact = W.double() + 8 / 16 * (B.double() @ A.double())
+    assert (merged != once).double().mean() > 0.05, "rounding twice should change a share of the entries"
+    assert (merged.double() - exact).abs().mean() > (once.double() - exact).abs().mean()
 
 
 def test_count_parameters_agrees_with_peft(ref):

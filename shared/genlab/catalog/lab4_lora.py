@@ -182,9 +182,13 @@ BUGS = [
         "the merged model's outputs move away from the unmerged ones, and merge then unmerge does not give W "
         "back.",
         "look at the precision the product, its scaling and the sum are computed in: in bf16/fp16 each step "
-        "rounds. Section 4 says how peft merges half-precision weights.",
-        "peft issue #1388 (loss 2.11778 before vs 2.12142 after a bf16 merge); peft PR #1978 (merge half "
-        "precision weights in float32)",
+        "rounds, and section 4 asks for one rounding only, when the result is cast back to the weight's dtype. "
+        "(Do not copy peft here: with half-precision adapters its merge rounds twice on a CPU and at every step "
+        "on a GPU; section 4.)",
+        "peft issue #1388 (a bf16 Llama's loss 2.11778 before merge_and_unload() vs 2.12142 after, peft 0.7.1); "
+        "peft 0.21.2 tuners/lora/layer.py, Linear.get_delta_weight and merge (half-precision factors upcast to "
+        "float32 on the CPU only, the delta cast back and added in the weight's dtype; the CPU upcast of bf16 "
+        "came with PR #1978, for the speed of bf16 merges on CPUs: issue #1977)",
         merge_in_low_precision, detect=_merged_in_low_precision),
     Bug("substring_match", "add_lora", "target_modules matched as substrings",
         "`key in name` adapts every layer whose name contains the key: 'proj' adapts q_proj, k_proj and "

@@ -1,0 +1,53 @@
+"""Lab 4 (LoRA): its hand-graded cells and the statements of its text about peft's merge, checked here.
+
+The notebook measures its numbers in its own run; these tests keep the cells a release must carry (the manually
+graded answers) and the catalogue's account of peft's merge from drifting.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+
+from genlab.catalog import bugs_for
+from genlab.testing.notebook import LabNotebook, grade_id, nbgrader_meta
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = ROOT / "solutions" / "lab4_lora" / "lab4_lora.ipynb"
+RELEASE = ROOT / "labs" / "lab4_lora" / "lab4_lora.ipynb"
+MANUAL = {"init_answer": 2.0, "forgetting_answer": 3.0}
+
+
+def cells_by_id(path):
+    return {grade_id(c): c for c in nbformat.read(str(path), as_version=4).cells if grade_id(c)}
+
+
+def test_manual_cells_are_nbgrader_manually_graded_answers():
+    source, release = cells_by_id(SOURCE), cells_by_id(RELEASE)
+    for gid, points in MANUAL.items():
+        want = {"solution": True, "grade": True, "task": False, "locked": False, "points": points}
+        got = {key: nbgrader_meta(source[gid]).get(key) for key in want}
+        assert source[gid].cell_type == "markdown" and got == want, f"{gid}: {got}"
+    assert all(release[gid].source.strip() == "YOUR ANSWER HERE" for gid in MANUAL), "model answers must not ship"
+    questions = [source[f"{gid}_question"] for gid in MANUAL]
+    assert all(nbgrader_meta(q)["locked"] and "graded by hand" in q.source.lower() for q in questions)
+    lab = LabNotebook.read(SOURCE)
+    assert not set(MANUAL) & (set(lab.tests) | set(lab.solutions)), "the autograder scores test cells only"
+
+
+def test_the_forgetting_experiment_measures_the_adapted_model():
+    """The upright column is measured with the adapters on; removing them is only the bit-for-bit check."""
+    adapt = cells_by_id(SOURCE)["experiment_adapt"].source
+    assert '"source": accuracy(model, x_src_test, y_test)' in adapt
+    assert "without_adapters(lora8)(x_src_test), pretrained(x_src_test)" in adapt
+    assert "SEEDS" in adapt and "RATES" in adapt and "x_val" in adapt
+
+
+def test_catalogue_says_what_peft_merge_does():
+    """peft's CPU-only float32 upcast (PR #1978) is about speed: the catalogue must not present it as the fix."""
+    entry = {b.id: b for b in bugs_for("lab4_lora")}["merge_in_low_precision"]
+    assert "on the CPU only" in entry.reference and "#1977" in entry.reference
+    assert "merge half precision weights in float32" not in entry.reference
+    merge_text = cells_by_id(SOURCE)["derivation_merge"].source
+    assert "peft computes the product in float32 and rounds once" not in merge_text
+    assert 'device.type == "cpu"' in merge_text
