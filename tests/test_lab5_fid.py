@@ -258,3 +258,22 @@ def test_plot_loglog():
     fig = plot_loglog([10, 100, 1000], {"c / N": [1.0, 0.1, 0.01]})
     ax = fig.axes[0]
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+
+
+def test_written_answers_are_graded_by_hand_and_released_blank():
+    """Issue 26: Lab 5 has manually graded answers (markdown solution cells with points), blank in the release."""
+    from pathlib import Path
+
+    import nbformat
+
+    from genlab.testing.notebook import grade_id, nbgrader_meta
+
+    root = Path(__file__).resolve().parents[1]
+    source = nbformat.read(str(root / "solutions" / LAB / f"{LAB}.ipynb"), as_version=4)
+    answers = {grade_id(c): nbgrader_meta(c)["points"] for c in source.cells
+               if c.cell_type == "markdown" and nbgrader_meta(c).get("solution") and nbgrader_meta(c).get("grade")}
+    assert len(answers) >= 2 and all(points > 0 for points in answers.values()), answers
+    released = {grade_id(c): c.source for c in nbformat.read(str(root / "labs" / LAB / f"{LAB}.ipynb"), as_version=4).cells
+                if grade_id(c) in answers}
+    assert set(released) == set(answers)
+    assert all("Model answer" not in text for text in released.values()), released
