@@ -12,8 +12,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention.bias import causal_lower_right
 
 from genlab.catalog import Bug, dropout_in_eval, edit
 
@@ -80,18 +78,9 @@ def dropout_ignores_training(causal_attention, q, k, v, dropout_p=0.0, training=
     return causal_attention(q, k, v, dropout_p, True)
 
 
-def _attention_without_dropout(call):
-    if len(call.args) < 3:
-        return None
-    q, k, v = call.args[:3]
-    # PyTorch's own bottom-right causal mask
-    mask = causal_lower_right(q.shape[-2], k.shape[-2])
-    return F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask)
-
-
 def _dropout_in_eval(calls) -> bool:
-    """Called with training=False and dropout_p > 0, the output is not the deterministic attention."""
-    return dropout_in_eval(calls, _attention_without_dropout, p_at=3, training_at=4, training_default=True)
+    """Two calls on the same q, k, v, outside training or without dropout, gave different outputs."""
+    return dropout_in_eval(calls, n_inputs=3, p_at=3, training_at=4, training_default=True)
 
 
 # --- split_heads -------------------------------------------------------------------------------------------

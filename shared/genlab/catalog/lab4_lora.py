@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from genlab.catalog import Bug, argument, edit
+from genlab.catalog import Bug, dropout_in_eval, edit
 
 
 # --- lora_init -----------------------------------------------------------------------------------------------
@@ -63,28 +63,8 @@ def dropout_ignores_training(lora_forward, x, weight, bias, A, B, scaling, dropo
 
 
 def _dropout_in_eval(calls) -> bool:
-    """Outside training, two calls on the same inputs returned different outputs, one of them with
-    dropout_p > 0: dropout ran in eval. Judged from the student's own outputs alone (what the failure-mode cell
-    shows: two passes over the same inputs differ), so nothing here computes the LoRA output."""
-    evals = []  # (the six inputs, dropout_p, result) of each call outside training
-    for c in calls:
-        if c.kind != "call" or c.error or not isinstance(c.result, torch.Tensor) or len(c.args) < 6:
-            continue
-        if not argument(c, 7, "training", False):
-            evals.append((c.args[:6], argument(c, 6, "dropout_p", 0.0), c.result))
-    for i, (inputs, p, out) in enumerate(evals):
-        for other, q, again in evals[i + 1:]:
-            if max(p, q) > 0 and _same_inputs(inputs, other) and not (
-                    out.shape == again.shape and torch.allclose(out.double(), again.double(), rtol=1e-5, atol=1e-6)):
-                return True
-    return False
-
-
-def _same_inputs(a, b) -> bool:
-    return len(a) == len(b) and all(
-        torch.equal(x, y) if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) else
-        (x is None and y is None) or (not isinstance(x, torch.Tensor) and not isinstance(y, torch.Tensor) and x == y)
-        for x, y in zip(a, b))
+    """Two calls on the same six inputs, outside training or without dropout, gave different outputs."""
+    return dropout_in_eval(calls, n_inputs=6, p_at=6, training_at=7, training_default=False)
 
 
 # --- merge_lora --------------------------------------------------------------------------------------------
