@@ -186,7 +186,9 @@ def fingerprints(lab: LabFolder) -> list[dict]:
 
 
 def _student_pyproject(project: dict, package_data: list[str]) -> str:
-    dependencies = ", ".join(json.dumps(d) for d in project["dependencies"])
+    # the package's own dependencies and the labs' (pyproject's `labs` extra): a student installs one wheel
+    labs = project.get("optional-dependencies", {}).get("labs", [])
+    dependencies = ", ".join(json.dumps(d) for d in [*project["dependencies"], *labs])
     return f"""[build-system]
 requires = ["setuptools>=77"]
 build-backend = "setuptools.build_meta"

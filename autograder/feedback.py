@@ -190,7 +190,10 @@ def apply_deadlines(root: Path, db_url: str, submissions: Path, course_toml: Pat
     from autograder import late
 
     course_toml = course_toml or Path(root) / "autograder" / "course.toml"
-    return late.apply(db_url, late.Deadlines.load(course_toml), Path(submissions))
+    deadlines = late.Deadlines.load(course_toml)
+    if not deadlines.due:  # a course with no due date: nobody is late, and the gradebook is left as it is
+        return {}
+    return late.apply(db_url, deadlines, Path(submissions))
 
 
 def refresh(root: Path, out: Path, submissions: Path | None = None, db_url: str | None = None,

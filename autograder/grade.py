@@ -126,6 +126,7 @@ class Worker:
     def lab(self, lab_id: str) -> tuple[pipeline.Lab, pipeline.ReferenceKernel]:
         if lab_id not in self.labs:
             lab = pipeline.Lab.load(self.run.root, lab_id)
+            lab.import_test_modules()  # here, not inside a test's time limit
             # The reference kernel runs in the same sandbox, so both sides of a timing ratio pay the same costs.
             self.labs[lab_id] = lab, pipeline.ReferenceKernel(lab, self.kernels.reference, self.kernels.background)
         self.kernels.warm = self.labs[lab_id][0].setup_modules
@@ -306,7 +307,7 @@ def grade_all(root: Path, submissions: Path, out: Path, *, workers: int = 1, lab
     results.sort(key=lambda r: (r.student, r.lab))
     prepared.exception()  # a setup that failed is redone by write_outputs, which then reports the error
     setup.shutdown()
-    write_outputs(root, out, results, labs, db_url, workers)
+    write_outputs(root, out, results, labs, db_url, workers, submissions=submissions)  # late penalties: course.toml
     return results
 
 

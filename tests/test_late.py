@@ -197,3 +197,29 @@ def test_a_regrade_keeps_the_hand_graded_points_and_the_penalty_is_rewritten_not
     apply(url, d, subs)
     with Gradebook(url, "genlab") as gb:
         assert gb.find_submission("lab1_vae", "jmuller").late_submission_penalty == pytest.approx(0.9)  # 10% of 9
+
+
+def test_genlab_grade_applies_the_course_deadlines_and_a_course_without_due_dates_changes_nothing(tmp_path):
+    """write_outputs (the end of every `genlab grade`) calls apply_deadlines with the graded submissions: the
+    penalty is in the gradebook before any `genlab feedback`. Without a due date the gradebook is left alone."""
+    from nbgrader.api import Gradebook
+
+    from autograder.feedback import apply_deadlines
+
+    url = gradebook(tmp_path)
+    subs = tmp_path / "submitted"
+    _stamp(subs, "jmuller", "2026-10-02 01:12:00.000000 UTC")
+    course = tmp_path / "course" / "autograder" / "course.toml"
+    course.parent.mkdir(parents=True)
+    course.write_text("[deadlines.penalty]\nper = \"hour\"\npercent = 2.5\n")
+    with Gradebook(url, "genlab") as gb:
+        before = gb.find_submission("lab1_vae", "jmuller").late_submission_penalty
+    assert apply_deadlines(tmp_path / "course", url, subs) == {}
+    with Gradebook(url, "genlab") as gb:
+        assert gb.find_submission("lab1_vae", "jmuller").late_submission_penalty == before
+    course.write_text('[deadlines.due]\nlab1_vae = "2026-10-02T00:00:00+02:00"\n'
+                      '[deadlines.penalty]\nper = "hour"\npercent = 2.5\nmax_percent = 50\n')
+    lates = apply_deadlines(tmp_path / "course", url, subs)
+    assert lates[("jmuller", "lab1_vae")].percent > 0
+    with Gradebook(url, "genlab") as gb:
+        assert gb.find_submission("lab1_vae", "jmuller").late_submission_penalty > 0
