@@ -115,6 +115,26 @@ def shared_folder(tmp_path_factory, name: str) -> Path:
 
 
 @pytest.fixture(scope="session")
+def browser():
+    """Debian's Chromium driven by Playwright, one per pytest worker for every test that needs a browser
+    (tests/test_browser.py, tests/test_bundle.py): Playwright's sync API refuses a second instance while one is
+    running in the same process, which two module-level fixtures on one worker did."""
+    import test_browser as web
+
+    reason = web._missing_browser()
+    if reason:
+        if web.REQUIRED:
+            pytest.fail(f"browser tests must run in CI: {reason}")
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=web.CHROMIUM)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="session")
 def graded_class(tmp_path_factory) -> Path:
     """A few Lab 1 samples and the students of tests/class_students.py graded through the command line
     (``genlab grade``), and the class report written from the output: what tests/test_class_report.py and

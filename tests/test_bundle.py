@@ -273,7 +273,7 @@ def student_lab(student_venv, bundle, tmp_path_factory):
                 os.killpg(server.pid, 9)  # its own session: the server and its kernels
 
 
-def test_a_student_runs_a_lab_in_jupyterlab_from_the_bundle(student_lab, student_venv, tmp_path):
+def test_a_student_runs_a_lab_in_jupyterlab_from_the_bundle(student_lab, student_venv, browser, tmp_path):
     """The bundle's notebook with its solution cells filled with the reference, run in Chromium (Run All Cells)
     in the student's JupyterLab: its graded part, the setup, the cells the tests need (``grade-needs``), every
     solution and visible test, and the lab's self-check cell. Every cell runs, none shows an error, the
@@ -281,12 +281,6 @@ def test_a_student_runs_a_lab_in_jupyterlab_from_the_bundle(student_lab, student
     lab (training, plots, failure modes: several times as long) runs from the repository in
     tests/test_browser.py, on the same notebook byte for byte."""
     import test_browser as web
-
-    if reason := web._missing_browser():
-        if web.REQUIRED:
-            pytest.fail(f"browser tests must run in CI: {reason}")
-        pytest.skip(reason)
-    from playwright.sync_api import sync_playwright
 
     def graded(cell) -> bool:
         meta = cell.metadata.get("nbgrader", {})
@@ -298,19 +292,17 @@ def test_a_student_runs_a_lab_in_jupyterlab_from_the_bundle(student_lab, student
         nbformat.v4.new_code_cell("import sys\nprint('kernel:', sys.executable, genlab.__file__)")]
     assert nb.cells[-2].metadata["nbgrader"]["grade_id"] == "selfcheck"
     student_lab.put_notebook(f"{BROWSER_LAB}/{BROWSER_LAB}.ipynb", nb)
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=web.CHROMIUM)
-        page = web.offline_page(chromium)
-        try:
-            with web.screenshot_on_failure(page, tmp_path / f"failed-{BROWSER_LAB}.png"):
-                web.open_notebook(page, student_lab, f"{BROWSER_LAB}/{BROWSER_LAB}.ipynb", workspace="student")
-                web.run_all(page, timeout_s=web.CPU_BUDGET_S["default"] + 60)
-            prompts, errors = page.evaluate(f"() => {web.PROMPTS}"), web.page_errors(page)
-            seconds = web.wall_time_from_page(page)
-            selfcheck, kernel = (page.locator(".jp-CodeCell").nth(i).locator(".jp-OutputArea").text_content()
-                                 for i in (-2, -1))
-        finally:
-            chromium.close()
+    page = web.offline_page(browser)
+    try:
+        with web.screenshot_on_failure(page, tmp_path / f"failed-{BROWSER_LAB}.png"):
+            web.open_notebook(page, student_lab, f"{BROWSER_LAB}/{BROWSER_LAB}.ipynb", workspace="student")
+            web.run_all(page, timeout_s=web.CPU_BUDGET_S["default"] + 60)
+        prompts, errors = page.evaluate(f"() => {web.PROMPTS}"), web.page_errors(page)
+        seconds = web.wall_time_from_page(page)
+        selfcheck, kernel = (page.locator(".jp-CodeCell").nth(i).locator(".jp-OutputArea").text_content()
+                             for i in (-2, -1))
+    finally:
+        page.close()
     print(f"{BROWSER_LAB} from the bundle: {len(prompts)} code cells run in {seconds} s; {kernel.strip()}")
     assert not errors, "cells show errors in the student's JupyterLab:\n" + "\n\n".join(errors)
     not_run = [i for i, p in enumerate(prompts) if not re.fullmatch(r"\[\d+\]:", p)]
