@@ -153,7 +153,8 @@ def run_all(page, timeout_s: float) -> None:
     """Run > Run All Cells, then wait until no cell is queued or running and the kernel is idle after a run:
     the indicator then shows the elapsed time, or a traceback stopped the run. A run that ends with every
     cell unrun (the prompts back to "[ ]:", as when the kernel restarts under a loaded machine and JupyterLab
-    drops its queue) is run once more, and said so in the output."""
+    drops its queue), or with cells unrun and no traceback to stop them (seen once on a fresh clone: the first
+    cell ran, the queue was dropped), is run once more, and said so in the output."""
     for attempt in range(2):
         _start_run_all(page)
         page.wait_for_function(
@@ -162,7 +163,9 @@ def run_all(page, timeout_s: float) -> None:
                 && (document.querySelector('{INDICATOR}').textContent.includes('Elapsed time')
                     || document.body.textContent.includes('Traceback (most recent call last)'))""",
             timeout=timeout_s * 1000, polling=500)
-        if attempt or any(p != "[ ]:" for p in page.evaluate(f"() => {PROMPTS}")):
+        prompts = page.evaluate(f"() => {PROMPTS}")
+        stopped = "Traceback (most recent call last)" in page.locator("body").inner_text()
+        if attempt or stopped or all(p != "[ ]:" for p in prompts):
             return
         print(f"the run left every cell unrun (indicator: {page.locator(INDICATOR).first.text_content()!r}); "
               "running all cells again")
