@@ -1,253 +1,145 @@
 """The grader's end of the request channel, written as if the kernel at the other end were hostile.
 
-Requests and answers are files in ``.genlab_rpc``, a folder of the kernel's scratch folder (see
-:mod:`genlab.testing.server`). The kernel owns that scratch folder, so it can replace anything in it at any
-moment: the folder by a link to a host folder, an answer by a link to a host file, by a named pipe, by a
-file of gigabytes or by JSON of the wrong shape. The grader (often root) therefore
+Requests and answers travel on a Unix socket pair that the grader creates before the kernel starts: the
+kernel inherits one end as a file descriptor (``pass_fds``), and the boot cell, which runs before any student
+code, hands its number to :func:`genlab.testing.server.install`. Nothing of the channel is a file: there is no
+folder the kernel could replace by a link, no answer it could turn into a named pipe, no path the grader (often
+root) would ever open on the kernel's behalf. The kernel can still write anything into its end, so the grader
 
-- reaches the folder only through a descriptor of the kernel's scratch folder (whose parent is the grader's
-  own), opened with ``O_DIRECTORY | O_NOFOLLOW``, and only when it is the very folder the grader created
-  (same device and inode) with the owner it had when the kernel started; every file is then opened
-  relative to that descriptor (``dir_fd=``), so no path the kernel controls is ever resolved;
-- writes its request files only there, with ``O_CREAT | O_EXCL | O_NOFOLLOW``, and removes them, and the
-  answer's files, by name in that folder when the request is over;
-- opens an answer only when it is a regular file (``lstat`` first, then ``O_NOFOLLOW | O_NONBLOCK`` and
-  ``fstat`` again: no link is followed and no pipe or device is ever opened for reading), with one link, of
-  the kernel's owner, under a size limit, read within a time limit;
+- reads an answer's fixed header first and refuses (unread) one that announces more than its limits;
+- reads the rest within a time limit, once the header is there (a trickle is tampering, not a slow test);
+- takes only the answer to the request it sent: another request id is a forged frame;
 - checks every answer's structure (:func:`check_reply`) before anything uses it.
 
-An answer or folder that breaks these rules raises :class:`ChannelTampered`, whose message says what was
-wrong in words, naming only the entry in the channel's folder (never a host path, nor whether a host path
-exists). The pipeline makes the test ``tampered`` with that evidence. An answer that is simply missing (the
-kernel wrote none) raises :class:`ChannelLost`, a kind of :class:`~autograder.kernel.KernelLost`.
+An answer that breaks these rules raises :class:`ChannelTampered`, whose message says what was wrong in words.
+The stream cannot be trusted after that, so the channel stays broken and every later request on it raises the
+same. The pipeline makes the test ``tampered`` with that evidence. The kernel closing its end, or dying,
+raises :class:`ChannelLost`, a kind of :class:`~autograder.kernel.KernelLost`.
 """
 from __future__ import annotations
 
-import errno
 import json
-import os
 import re
-import stat
+import select
+import socket
 import time
-from pathlib import Path
 
 import torch
 from safetensors.torch import load as load_tensors
-from safetensors.torch import save as save_tensors
 
 from autograder.sanitize import student_text
-
-FOLDER = ".genlab_rpc"
-ANSWER = "-answer"          # genlab.testing.server writes <request>-answer.json and <request>-answer.safetensors
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
-_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-_KINDS = {stat.S_IFREG: "a file", stat.S_IFLNK: "a symbolic link", stat.S_IFIFO: "a named pipe",
-          stat.S_IFDIR: "a folder", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device"}
+from genlab.testing import wire
 
 
 class ChannelTampered(Exception):
-    """The channel's folder or an answer broke the channel's rules: evidence that the notebook interferes."""
+    """An answer broke the channel's rules: evidence that the notebook interferes."""
 
 
 class ChannelLost(Exception):
-    """No answer came back (the kernel wrote none, or its folder for them is gone). Subclassed by kernel.py
-    as a KernelLost, so that a missing answer is graded as it always was (status killed)."""
+    """No answer came back (the kernel closed its end, or died). Subclassed by kernel.py as a KernelLost, so
+    that a missing answer is graded as it always was (status killed)."""
 
 
-def _kind(mode: int) -> str:
-    return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+class AnswerTimeout(Exception):
+    """No answer within the time given: the request is still running in the kernel."""
 
 
 def _mib(n: int) -> str:
     return f"{n / 2**20:.1f} MiB"
 
 
-class RpcFolder:
-    """``workdir/.genlab_rpc``, created by the grader before the kernel starts and verified at every use."""
+class RequestChannel:
+    """The grader's end of the socket pair; :attr:`kernel_fd` is the end the kernel inherits."""
 
-    def __init__(self, workdir: Path):
-        self.workdir = Path(workdir)
-        self.path = self.workdir / FOLDER
-        self.identity: tuple[int, int] | None = None   # (st_dev, st_ino) of the folder the grader made
-        self.owner: int | None = None                  # its owner once the kernel started (the kernel's user)
+    def __init__(self):
+        self._mine, self._theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.broken = ""   # the evidence, once an answer broke the rules: the stream is out of step for good
 
-    # -- the folder --------------------------------------------------------------------------------------
-    def _workdir_fd(self) -> int:
-        # The scratch folder's parent is the grader's own (mode 700): the kernel cannot replace the scratch
-        # folder itself, only what is inside it.
-        return os.open(self.workdir, _DIR_FLAGS)
+    @property
+    def kernel_fd(self) -> int:
+        return self._theirs.fileno()
 
-    def create(self) -> None:
-        wfd = self._workdir_fd()
+    def launched(self) -> None:
+        """The kernel has its copy: close ours, so that the kernel's death reads as the end of the stream."""
+        self._theirs.close()
+
+    def close(self) -> None:
+        self._theirs.close()
+        self._mine.close()
+
+    def send(self, request_id: str, header: dict, tensors: dict[str, torch.Tensor]) -> None:
+        self._send(wire.pack_frame(request_id, header, tensors))
+
+    def interrupt(self, request_id: str) -> None:
+        """Asks the kernel's server to raise KeyboardInterrupt in the call answering ``request_id``."""
+        self._send(wire.pack_frame(request_id, {}, {}, magic=wire.INTERRUPT))
+
+    def _send(self, frame: bytes) -> None:
+        if self.broken:
+            raise ChannelTampered(self.broken)
         try:
-            os.mkdir(FOLDER, 0o700, dir_fd=wfd)
-            st = os.stat(FOLDER, dir_fd=wfd, follow_symlinks=False)
-        finally:
-            os.close(wfd)
-        self.identity, self.owner = (st.st_dev, st.st_ino), None
+            self._mine.sendall(frame)
+        except OSError:
+            raise ChannelLost("the kernel closed the grader's channel") from None
 
-    def settle(self, owners: set[int]) -> None:
-        """Once the kernel has started (the sandbox gave the scratch folder to the kernel's user): records the
-        folder's owner, which must be one of ``owners``; it may not change afterwards."""
-        self.owner = None
-        fd = self.open(owners)
+    def receive(self, request_id: str, *, wait_s: float, read_s: float, max_json_bytes: int,
+                max_tensor_bytes: int, alive=lambda: True) -> tuple[object, dict[str, torch.Tensor]]:
+        """The answer to ``request_id``: its JSON (parsed, not yet checked: see :func:`check_reply`) and its
+        tensors. Waits up to ``wait_s`` for it to begin (AnswerTimeout), checking ``alive()`` meanwhile, then
+        reads it within ``read_s``. Raises ChannelTampered or ChannelLost."""
+        if self.broken:
+            raise ChannelTampered(self.broken)
+        deadline = time.monotonic() + wait_s
+        while not self._readable(min(0.2, max(0.0, deadline - time.monotonic()))):
+            if not alive():
+                raise ChannelLost("the kernel died before it answered")
+            if time.monotonic() >= deadline:
+                raise AnswerTimeout(request_id)
         try:
-            self.owner = os.fstat(fd).st_uid
-        finally:
-            os.close(fd)
+            return self._read_answer(request_id, time.monotonic() + read_s, max_json_bytes, max_tensor_bytes)
+        except ChannelTampered as exc:
+            self.broken = str(exc)
+            raise
 
-    def open(self, owners: set[int] | None = None) -> int:
-        """A descriptor of the verified folder (the caller closes it)."""
-        if self.identity is None:
-            raise ChannelLost("the grader's request folder was never created")
-        wfd = self._workdir_fd()
-        try:
-            try:
-                fd = os.open(FOLDER, _DIR_FLAGS, dir_fd=wfd)
-            except OSError:
-                try:
-                    st = os.stat(FOLDER, dir_fd=wfd, follow_symlinks=False)
-                except FileNotFoundError:
-                    raise ChannelLost(f"the grader's request folder {FOLDER} was removed from the kernel's "
-                                      "folder; something in the notebook interfered with the grader") from None
-                raise ChannelTampered(f"the grader's request folder {FOLDER} was replaced by "
-                                      f"{_kind(st.st_mode)}") from None
-        finally:
-            os.close(wfd)
-        st = os.fstat(fd)
-        problem = ""
-        if (st.st_dev, st.st_ino) != self.identity:
-            problem = "was replaced by another folder"
-        elif self.owner is not None and st.st_uid != self.owner:
-            problem = "changed owner"
-        elif owners is not None and st.st_uid not in owners:
-            problem = "has an unexpected owner"
-        if problem:
-            os.close(fd)
-            raise ChannelTampered(f"the grader's request folder {FOLDER} {problem}")
-        return fd
+    def _readable(self, timeout_s: float) -> bool:
+        return bool(select.select([self._mine], [], [], timeout_s)[0])
 
-    # -- requests ----------------------------------------------------------------------------------------
-    def write_request(self, name: str, header: dict, tensors: dict[str, torch.Tensor],
-                      dir_fd: int | None = None) -> Path:
-        """Writes ``name.safetensors`` then ``name.json`` into the verified folder (``dir_fd``, from :meth:`open`,
-        or opened here); returns the request's path as the kernel sees it (the sandbox binds the scratch folder
-        at the same path)."""
-        blob, text = save_tensors(tensors), json.dumps(header).encode()
-        fd = self.open() if dir_fd is None else dir_fd
-        try:
-            for entry, data in ((name + ".safetensors", blob), (name + ".json", text)):
-                try:
-                    out = os.open(entry, _WRITE_FLAGS, 0o644, dir_fd=fd)
-                except FileExistsError:
-                    raise ChannelTampered(f"a file named like the grader's next request ({entry}) was already "
-                                          f"in {FOLDER}") from None
-                try:
-                    os.fchmod(out, 0o644)   # the kernel runs as another user: it must read what root wrote
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(out, view):]
-                finally:
-                    os.close(out)
-        finally:
-            if dir_fd is None:
-                os.close(fd)
-        return self.path / name
-
-    def cleanup(self, name: str, dir_fd: int | None = None) -> None:
-        """Removes a request's files and its answer's, by name, in the verified folder (links are removed,
-        never followed). Given the ``dir_fd`` the request was written with, that folder is cleaned wherever
-        the kernel moved it; without one, a folder that fails verification is left alone."""
-        if dir_fd is None:
-            try:
-                fd = self.open()
-            except (ChannelTampered, ChannelLost, OSError):
-                return
-        else:
-            fd = dir_fd
-        try:
-            for suffix in (".json", ".safetensors", ".json.tmp", ANSWER + ".json", ANSWER + ".safetensors",
-                           ANSWER + ".json.tmp"):
-                try:
-                    os.unlink(name + suffix, dir_fd=fd)
-                except OSError:   # absent, or a folder the kernel put there (the scratch folder goes anyway)
-                    pass
-        finally:
-            if dir_fd is None:
-                os.close(fd)
-
-    # -- answers -----------------------------------------------------------------------------------------
-    def read_answer(self, name: str, *, max_json_bytes: int, max_tensor_bytes: int, timeout_s: float,
-                    dir_fd: int | None = None) -> tuple[object, dict[str, torch.Tensor]]:
-        """The answer to request ``name``: its JSON (parsed, not yet checked: see :func:`check_reply`) and its
-        tensors, read in the folder ``dir_fd`` (or the folder, verified again). Raises ChannelTampered or
-        ChannelLost."""
-        deadline = time.monotonic() + timeout_s
-        fd = self.open() if dir_fd is None else dir_fd
-        try:
-            text = self._read(fd, name + ANSWER + ".json", max_json_bytes, deadline, missing_ok=True)
-            if text is None:
-                raise ChannelLost("the kernel sent no answer; something in the notebook interfered with the "
-                                  "grader")
-            blob = self._read(fd, name + ANSWER + ".safetensors", max_tensor_bytes, deadline)
-        finally:
-            if dir_fd is None:
-                os.close(fd)
+    def _read_answer(self, request_id, deadline, max_json_bytes, max_tensor_bytes):
+        head = self._read(wire.FRAME.size, deadline, "the header of the kernel's answer")
+        magic, got_id, text_len, blob_len = wire.FRAME.unpack(head)
+        if magic != wire.MAGIC:
+            raise ChannelTampered("the kernel's answer does not start as the server's answers do")
+        if got_id != request_id.encode("ascii"):
+            raise ChannelTampered("the kernel sent an answer to a request the grader did not make")
+        for size, limit, what in ((text_len, max_json_bytes, "JSON"), (blob_len, max_tensor_bytes, "tensors")):
+            if size > limit:
+                raise ChannelTampered(f"the {what} of the kernel's answer is {_mib(size)}; an answer may be at "
+                                      f"most {_mib(limit)}")
+        text = self._read(text_len, deadline, "the JSON of the kernel's answer")
+        blob = self._read(blob_len, deadline, "the tensors of the kernel's answer")
         try:
             reply = json.loads(text)
         except (ValueError, RecursionError):
             raise ChannelTampered("the kernel's answer is not valid JSON") from None
         try:
-            tensors = load_tensors(blob)
-        except Exception:  # noqa: BLE001 - safetensors' own error type, or anything a forged file triggers
-            raise ChannelTampered("the kernel's answer has a tensor file that is not valid safetensors") from None
+            tensors = load_tensors(blob) if blob else {}
+        except Exception:  # noqa: BLE001 - safetensors' own error type, or anything a forged answer triggers
+            raise ChannelTampered("the kernel's answer has tensors that are not valid safetensors") from None
         return reply, tensors
 
-    def _read(self, fd: int, entry: str, limit: int, deadline: float, missing_ok: bool = False) -> bytes | None:
-        # Named without the request's own (random) name, so that one forgery repeated is one line of evidence.
-        what = "the JSON file of the kernel's answer" if entry.endswith(".json") else \
-            "the tensor file of the kernel's answer"
-        try:
-            st = os.stat(entry, dir_fd=fd, follow_symlinks=False)
-        except FileNotFoundError:
-            if missing_ok:
-                return None
-            raise ChannelTampered(f"{what} is missing while the rest of the answer is there") from None
-        if not stat.S_ISREG(st.st_mode):
-            raise ChannelTampered(f"{what} is {_kind(st.st_mode)}, not a regular file")
-        if st.st_size > limit:
-            raise ChannelTampered(f"{what} is {_mib(st.st_size)}; an answer may be at most {_mib(limit)}")
-        try:
-            f = os.open(entry, _READ_FLAGS, dir_fd=fd)
-        except OSError as exc:   # swapped since the lstat: ELOOP for a link
-            why = "a symbolic link" if exc.errno == errno.ELOOP else \
-                f"unreadable ({errno.errorcode.get(exc.errno, 'error')})"
-            raise ChannelTampered(f"{what} is {why}") from None
-        try:
-            st = os.fstat(f)
-            if not stat.S_ISREG(st.st_mode):
-                raise ChannelTampered(f"{what} is {_kind(st.st_mode)}, not a regular file")
-            if st.st_nlink != 1:
-                raise ChannelTampered(f"{what} has {st.st_nlink} names (a hard link)")
-            if self.owner is not None and st.st_uid != self.owner:
-                raise ChannelTampered(f"{what} is not the kernel's own file")
-            if st.st_size > limit:
-                raise ChannelTampered(f"{what} is {_mib(st.st_size)}; an answer may be at most {_mib(limit)}")
-            chunks, total = [], 0
-            while True:
-                if time.monotonic() > deadline:
-                    raise ChannelTampered(f"{what} took longer than the time limit to read")
-                chunk = os.read(f, min(1 << 20, limit + 1 - total))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                total += len(chunk)
-                if total > limit:
-                    raise ChannelTampered(f"{what} grew past the limit of {_mib(limit)} while it was read")
-            return b"".join(chunks)
-        finally:
-            os.close(f)
+    def _read(self, n: int, deadline: float, what: str) -> bytes:
+        chunks, left = [], n
+        while left:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._readable(remaining):
+                raise ChannelTampered(f"{what} did not arrive within the time limit to read an answer")
+            chunk = self._mine.recv(min(left, 1 << 20))
+            if not chunk:
+                raise ChannelLost("the kernel closed the grader's channel" +
+                                  (" in the middle of an answer" if n - left else " before it answered"))
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
 
 
 # -- the structure of an answer ---------------------------------------------------------------------------

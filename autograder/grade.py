@@ -34,7 +34,6 @@ from autograder.sandbox import SandboxConfig, launcher, prepare_workdir, require
 from autograder.submissions import Found, locate, students
 from genlab.testing.notebook import grade_id
 
-BOOT = "import genlab.testing.server as _genlab_server; _genlab_server.install()"
 # A spare kernel imports the modules the next notebook's setup cell will (torchmetrics, peft, rdkit: seconds
 # each) while the current notebook is graded; it defines no name the notebook could see.
 WARM = """for _genlab_module in {modules!r}:
@@ -70,7 +69,7 @@ class Kernels:
         self.more = True                 # another notebook follows this one: worth a spare kernel
         mp_util.Finalize(self, self.close, exitpriority=10)  # also runs when a pool worker process exits
 
-    def _start(self, boot: bool = True, warm: tuple[str, ...] = ()) -> KernelSession:
+    def _start(self, warm: tuple[str, ...] = ()) -> KernelSession:
         workdir = Path(tempfile.mkdtemp(prefix="k-", dir=self.run.scratch))
         sandbox = self.run.sandbox
         argv = None
@@ -80,13 +79,12 @@ class Kernels:
         session = KernelSession(workdir, self.run.limits, launcher=argv, remove_workdir=True,
                                 cgroup_limits=(sandbox.memory_bytes, sandbox.max_processes) if sandbox else None)
         session.start()
-        if boot:
-            ready = session.run_cell(BOOT, silent=True)
-            if ready.status != "ok":
-                session.shutdown()
-                raise RuntimeError(f"could not prepare the kernel: {ready.error}")
-            if warm:  # importing is all it does: the setup cell still runs first among the notebook's cells
-                session.run_cell(WARM.format(modules=warm), silent=True)
+        ready = session.run_cell(session.boot_source, silent=True)   # the request server, before any other cell
+        if ready.status != "ok":
+            session.shutdown()
+            raise RuntimeError(f"could not prepare the kernel: {ready.error}")
+        if warm:  # importing is all it does: the setup cell still runs first among the notebook's cells
+            session.run_cell(WARM.format(modules=warm), silent=True)
         return session
 
     def take(self) -> KernelSession:
@@ -94,11 +92,11 @@ class Kernels:
         session = spare.result() if spare is not None else self._start()
         session.started_at = time.monotonic()  # the notebook's time limit counts from now, not from the boot
         if self.run.prestart and self.more:
-            self._spare = self._starter.submit(self._start, True, self.warm)
+            self._spare = self._starter.submit(self._start, self.warm)
         return session
 
     def reference(self) -> KernelSession:
-        return self._start(boot=False)
+        return self._start()
 
     @property
     def background(self) -> ThreadPoolExecutor | None:

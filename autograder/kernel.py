@@ -6,7 +6,6 @@ interleave three things nbclient does not: running a student cell, running trust
 """
 from __future__ import annotations
 
-import itertools
 import os
 import queue
 import secrets
@@ -22,7 +21,7 @@ import zmq
 from jupyter_client import KernelManager
 
 from autograder import cgroups
-from autograder.channel import ChannelLost, ChannelTampered, RpcFolder, check_reply
+from autograder.channel import AnswerTimeout, ChannelLost, ChannelTampered, RequestChannel, check_reply
 from autograder.sandbox import kernel_account, kernel_environment
 from autograder.limits import Limits
 from genlab.testing import wire
@@ -37,7 +36,7 @@ class RemoteTimeout(Exception):
 
 
 class AnswerLost(KernelLost, ChannelLost):
-    """The kernel is alive but sent no answer (its folder for them is gone): graded as a lost kernel."""
+    """The kernel closed the grader's channel or sent no answer: graded as a lost kernel."""
 
 
 @dataclass
@@ -56,13 +55,12 @@ class KernelSession:
                  launcher: list[str] | None = None, cgroup_limits: tuple[int, int] | None = None,
                  remove_workdir: bool = False):
         self.workdir = Path(workdir)
-        self.channel = RpcFolder(self.workdir)   # requests and answers (autograder.channel)
-        self.rpc_dir = self.channel.path
+        self.channel: RequestChannel | None = None   # requests and answers (autograder.channel)
         self.channel_evidence: list[str] = []   # what was wrong with the kernel's answers (tampering)
         self.limits = limits
         self.env = env or {}
         self.launcher = launcher or []
-        self._counter = itertools.count()
+        self.kernel_fd: int | None = None      # the kernel's end of the channel, as numbered in the kernel
         self.km: KernelManager | None = None
         self.kc = None
         self.dead_reason = ""
@@ -75,7 +73,7 @@ class KernelSession:
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.channel.create()
+        self.channel = RequestChannel()
         # One zmq context for every kernel of this process: a per-kernel context that the garbage
         # collector finalises while a channel thread still holds a socket blocks in term() for ever.
         self.km = KernelManager(kernel_name="python3", context=zmq.Context.instance())
@@ -98,21 +96,15 @@ class KernelSession:
             spec_argv = [sys.executable if a in ("python", "python3") else a for a in self.km.kernel_spec.argv]
             self.km.kernel_spec.argv = [*launcher, *spec_argv]
         # The kernel's own stderr (ZMQ notices) is noise here; a crash is reported from its exit status.
+        # pass_fds: the kernel inherits its end of the request channel, and only that (close_fds stays on).
         self.km.start_kernel(cwd=str(self.workdir), env=env, stdout=subprocess.DEVNULL,
-                             stderr=None if os.environ.get("GENLAB_KERNEL_STDERR") else subprocess.DEVNULL)
+                             stderr=None if os.environ.get("GENLAB_KERNEL_STDERR") else subprocess.DEVNULL,
+                             pass_fds=(self.channel.kernel_fd,))
+        self.kernel_fd = self.channel.kernel_fd   # its number in the kernel, for the boot cell
+        self.channel.launched()
         self.kc = self.km.client(context=zmq.Context.instance())
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)
-        # The folder now belongs to the kernel's user (the sandbox's launcher gave it the scratch folder) or,
-        # unsandboxed, to the grader's own: that owner, and that folder, are what every request checks.
-        owners = {os.geteuid()}
-        try:
-            account = kernel_account()
-        except KeyError:
-            account = None
-        if account is not None:
-            owners.add(account[0])
-        self.channel.settle(owners)
         self.started_at = time.monotonic()
 
     def alive(self) -> bool:
@@ -129,6 +121,8 @@ class KernelSession:
         if self.cgroup is not None:
             self.cgroup.remove()  # kills whatever the student's code left running, then the group
             self.cgroup = None
+        if self.channel is not None:
+            self.channel.close()
         self.km = self.kc = None
         if self.remove_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -226,34 +220,45 @@ class KernelSession:
         return f"the kernel exited (exit code {code})" if code is not None else "the kernel died"
 
     # -- the request channel used by autograder.remote ----------------------------------------------
-    def request(self, header: dict, encoder: wire.Encoder):
-        """Sends one request, runs ``serve`` on it in the kernel, and returns its checked answer (reply, tensors).
+    @property
+    def boot_source(self) -> str:
+        """The cell that installs the kernel's server on its end of the channel; it binds no global name."""
+        return f"__import__('genlab.testing.server', fromlist=['install']).install({self.kernel_fd})"
 
-        Raises KernelLost (the kernel died, or sent no answer), RemoteTimeout, or ChannelTampered (the answer
-        or the channel's folder broke the rules of :mod:`autograder.channel`; also kept in
-        :attr:`channel_evidence`, so a test that catches every exception cannot hide it)."""
-        # Unguessable names: a process the student left running cannot prepare an answer in advance.
-        name = f"req-{next(self._counter)}-{secrets.token_hex(8)}"
+    def request(self, header: dict, encoder: wire.Encoder):
+        """Sends one request to the kernel's server (installed by :attr:`boot_source`) and returns its checked
+        answer (reply, tensors). A call over the time limit is interrupted (KeyboardInterrupt in the server's
+        thread), and the kernel killed if it does not answer within the grace period.
+
+        Raises KernelLost (the kernel died, or closed the channel), RemoteTimeout, or ChannelTampered (the
+        answer broke the rules of :mod:`autograder.channel`; also kept in :attr:`channel_evidence`, so a test
+        that catches every exception cannot hide it)."""
+        if not self.alive():
+            raise KernelLost(self.dead_reason or "the kernel is not running")
+        # Unguessable ids: a process the student left running cannot prepare an answer in advance.
+        request_id = secrets.token_hex(8)
         # The kernel's server answers an error rather than a message over these limits (an honest result of
         # plain data that large is the student's mistake, not tampering).
         header = {**header, "answer_limits": {"json_bytes": self.limits.max_answer_json_bytes,
                                               "tensor_bytes": self.limits.max_answer_tensor_bytes}}
-        folder = None
+        left = self.limits.notebook_timeout_s - (time.monotonic() - self.started_at)
+        timeout = max(1.0, min(self.limits.test_timeout_s, left))
+        limits = dict(read_s=self.limits.answer_read_timeout_s, max_json_bytes=self.limits.max_answer_json_bytes,
+                      max_tensor_bytes=self.limits.max_answer_tensor_bytes, alive=self.km.is_alive)
         try:
-            # One verified descriptor of the folder for the whole request: the request is written, its answer
-            # read and both removed in that folder, wherever the kernel moves it meanwhile.
-            folder = self.channel.open()
-            path = self.channel.write_request(name, header, encoder.tensors, dir_fd=folder)
-            run = self.run_cell(f"__import__('genlab.testing.server', fromlist=['serve']).serve({str(path)!r})",
-                                timeout=self.limits.test_timeout_s, silent=True)
-            if run.status == "dead":
-                raise KernelLost(run.error)
-            if run.status == "timeout":
-                raise RemoteTimeout(run.error)
-            reply, tensors = self.channel.read_answer(
-                name, max_json_bytes=self.limits.max_answer_json_bytes,
-                max_tensor_bytes=self.limits.max_answer_tensor_bytes, timeout_s=self.limits.answer_read_timeout_s,
-                dir_fd=folder)
+            self.channel.send(request_id, header, encoder.tensors)
+            try:
+                reply, tensors = self.channel.receive(request_id, wait_s=timeout, **limits)
+            except AnswerTimeout:
+                self.channel.interrupt(request_id)
+                try:
+                    self.channel.receive(request_id, wait_s=self.limits.interrupt_grace_s, **limits)
+                except AnswerTimeout:
+                    self.dead_reason = f"timeout: stopped after {timeout:.0f} s, and the call ignored the interrupt"
+                    self.dead_of_timeout = True
+                    self._kill()
+                    raise RemoteTimeout(self.dead_reason) from None
+                raise RemoteTimeout(f"stopped after {timeout:.0f} s (time limit per call)") from None
             return check_reply(reply, tensors, str(header.get("kind"))), tensors
         except ChannelTampered as exc:
             self.note_tampering(str(exc))
@@ -261,11 +266,12 @@ class KernelSession:
         except ChannelLost as exc:
             if isinstance(exc, KernelLost):
                 raise
+            for _ in range(10):   # a kernel that died closed its end a moment before it can be seen dead
+                if not self.km.is_alive():
+                    self.dead_reason = self._death_reason()
+                    raise KernelLost(self.dead_reason) from None
+                time.sleep(0.05)
             raise AnswerLost(str(exc)) from None
-        finally:
-            if folder is not None:
-                self.channel.cleanup(name, dir_fd=folder)
-                os.close(folder)
 
     def note_tampering(self, evidence: str) -> ChannelTampered:
         if evidence not in self.channel_evidence:

@@ -28,7 +28,7 @@ FORBIDDEN_CALLS = {("os", "kill"), ("os", "killpg"), ("os", "setsid"), ("sys", "
 FORBIDDEN_NAMES = {"__code__", "__globals__", "_getframe", "__subclasses__"}
 # A string that names one of these as a path part ("../solutions/lab1", "gradebook.db") is reaching for the
 # grader's files; the bare words are everyday English ("hidden units", "my solutions") and are not flagged.
-_GRADER_WORDS = r"(solutions|gradebook|autograder|\.genlab_rpc|hidden|source)"
+_GRADER_WORDS = r"(solutions|gradebook|autograder|hidden|source)"
 GRADER_PATH = re.compile(rf"(^|[/\\]){_GRADER_WORDS}[/\\.]|[/\\]{_GRADER_WORDS}$")
 # Listing or opening these is looking beyond the kernel's own folder (probes, not tampering).
 OUTSIDE = re.compile(r"^(/|/root|/home|/srv|/tmp|/etc|/var|/mnt|/opt|/proc/1|~|\.\.)(/|$)")

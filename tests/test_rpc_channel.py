@@ -1,156 +1,120 @@
-"""The grader's end of the request channel (autograder.channel), without a kernel: whatever the kernel leaves in
-``.genlab_rpc`` (a link, a pipe, a file of gigabytes, JSON of the wrong shape), the grader follows no link,
-opens no pipe, reads no more than its limits, reveals no host path, and says what was wrong in words.
+"""The grader's end of the request channel (autograder.channel), without a kernel: whatever the kernel writes
+into its end of the socket (an answer to another request, one announcing gigabytes, one that stalls halfway,
+JSON of the wrong shape), the grader reads no more than its limits, waits no longer than its time limits, and
+says what was wrong in words. The kernel's side (genlab.testing.server) is run here on threads of this process.
 The same attacks from inside a real sandboxed kernel are the ``lab1_attack_*`` samples of solutions/lab1_vae.
 """
 from __future__ import annotations
 
-import json
 import os
+import secrets
+import socket
 import sys
-import threading
 import time
 
 import pytest
 import torch
-from safetensors.torch import save as save_tensors
 
-from autograder.channel import ANSWER, FOLDER, ChannelLost, ChannelTampered, RpcFolder, check_reply, check_tree
+from autograder.channel import AnswerTimeout, ChannelLost, ChannelTampered, RequestChannel, check_reply, check_tree
 from autograder.sanitize import quoted, student_text
 from genlab.testing import server, wire
 from genlab.testing.runner import run_test
 
-LIMITS = dict(max_json_bytes=4 << 20, max_tensor_bytes=16 << 20, timeout_s=5.0)
+LIMITS = dict(max_json_bytes=4 << 20, max_tensor_bytes=16 << 20, read_s=0.5)
+RID = "0123456789abcdef"
 
 
 @pytest.fixture
-def channel(tmp_path):
-    work = tmp_path / "k-1"
-    work.mkdir()
-    rpc = RpcFolder(work)
-    rpc.create()
-    rpc.settle({os.geteuid()})
-    return rpc
+def channel():
+    rpc = RequestChannel()
+    kernel_end = socket.socket(fileno=os.dup(rpc.kernel_fd))
+    rpc.launched()
+    yield rpc, kernel_end
+    kernel_end.close()
+    rpc.close()
 
 
-def answer(rpc: RpcFolder, name: str, reply, tensors=None) -> None:
-    (rpc.path / f"{name}{ANSWER}.safetensors").write_bytes(save_tensors(tensors or {}))
-    (rpc.path / f"{name}{ANSWER}.json").write_text(reply if isinstance(reply, str) else json.dumps(reply))
+def receive(rpc: RequestChannel, request_id: str = RID, wait_s: float = 2.0, **kw):
+    return rpc.receive(request_id, wait_s=wait_s, **{**LIMITS, **kw})
 
 
-def read(rpc: RpcFolder, name: str = "req-0-ab"):
-    return rpc.read_answer(name, **LIMITS)
+# -- frames ---------------------------------------------------------------------------------------------------
+def test_a_request_reaches_the_kernel_and_its_answer_comes_back(channel):
+    rpc, kernel = channel
+    rpc.send(RID, {"kind": "call"}, {"t0": torch.ones(2)})
+    magic, request_id, header, tensors = wire.read_frame(kernel)         # what the kernel's server reads
+    assert (magic, request_id, header) == (wire.MAGIC, RID, {"kind": "call"})
+    assert torch.equal(tensors["t0"], torch.ones(2))
+    kernel.sendall(wire.pack_frame(RID, {"ok": True, "result": None}, {"t1": torch.zeros(3)}))
+    reply, tensors = receive(rpc)
+    assert reply == {"ok": True, "result": None} and torch.equal(tensors["t1"], torch.zeros(3))
 
 
-# -- the folder ----------------------------------------------------------------------------------------------
-def test_requests_go_into_the_verified_folder_and_cleanup_removes_them(channel):
-    path = channel.write_request("req-0-ab", {"kind": "call"}, {"t0": torch.ones(2)})
-    assert path == channel.path / "req-0-ab"
-    assert sorted(p.name for p in channel.path.iterdir()) == ["req-0-ab.json", "req-0-ab.safetensors"]
-    assert all(p.stat().st_mode & 0o777 == 0o644 for p in channel.path.iterdir())
-    header, tensors = wire.read_message(path)           # what the kernel's server reads
-    assert header == {"kind": "call"} and torch.equal(tensors["t0"], torch.ones(2))
-    answer(channel, "req-0-ab", {"ok": True, "result": None})
-    channel.cleanup("req-0-ab")
-    assert list(channel.path.iterdir()) == []
+def test_an_answer_to_another_request_is_tampering_and_the_channel_stays_broken(channel):
+    rpc, kernel = channel
+    kernel.sendall(wire.pack_frame("f" * 16, {"ok": True, "result": None}, {}))
+    with pytest.raises(ChannelTampered, match="a request the grader did not make"):
+        receive(rpc)
+    kernel.sendall(wire.pack_frame(RID, {"ok": True, "result": None}, {}))
+    with pytest.raises(ChannelTampered, match="a request the grader did not make"):   # out of step for good
+        receive(rpc)
+    with pytest.raises(ChannelTampered):
+        rpc.send(RID, {"kind": "call"}, {})
 
 
-def test_a_folder_replaced_by_a_link_gets_no_request(channel, tmp_path):
-    host = tmp_path / "host-tmp"
-    host.mkdir()
-    channel.path.rename(channel.workdir / "moved")
-    channel.path.symlink_to(host)
-    with pytest.raises(ChannelTampered, match="replaced by a symbolic link"):
-        channel.write_request("req-0-ab", {"kind": "call"}, {})
-    channel.cleanup("req-0-ab")
-    assert list(host.iterdir()) == [] and list((channel.workdir / "moved").iterdir()) == []
-
-
-def test_a_folder_swapped_for_another_folder_or_a_file_is_refused(channel):
-    channel.path.rename(channel.workdir / "moved")
-    channel.path.mkdir()
-    with pytest.raises(ChannelTampered, match="another folder"):
-        channel.open()
-    channel.path.rmdir()
-    channel.path.write_text("x")
-    with pytest.raises(ChannelTampered, match="replaced by a file"):
-        channel.open()
-
-
-def test_a_folder_with_an_unexpected_owner_is_refused(tmp_path):
-    rpc = RpcFolder(tmp_path)
-    rpc.create()
-    with pytest.raises(ChannelTampered, match="unexpected owner"):
-        rpc.settle({os.geteuid() + 12345})
-
-
-def test_a_removed_folder_is_a_lost_answer_not_tampering(channel):
-    channel.path.rmdir()
-    with pytest.raises(ChannelLost):
-        read(channel)
-
-
-# -- answers -------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("target", ["secret", "no-such-file", "a-folder"])
-def test_an_answer_that_is_a_link_is_never_followed_and_reveals_nothing(channel, tmp_path, target):
-    (tmp_path / "secret").write_text('{"ok": true, "result": "root only"}')
-    (tmp_path / "a-folder").mkdir()
-    answer(channel, "req-0-ab", {"ok": True, "result": None})
-    link = channel.path / f"req-0-ab{ANSWER}.json"
-    link.unlink()
-    link.symlink_to(tmp_path / target)
-    with pytest.raises(ChannelTampered) as caught:
-        read(channel)
-    # The same words whether the target exists, is a folder, or is missing, and never the target's path.
-    assert str(caught.value) == "the JSON file of the kernel's answer is a symbolic link, not a regular file"
-
-
-def test_an_answer_that_is_a_named_pipe_is_refused_at_once(channel):
-    answer(channel, "req-0-ab", {"ok": True, "result": None})
-    fifo = channel.path / f"req-0-ab{ANSWER}.json"
-    fifo.unlink()
-    os.mkfifo(fifo)
-    done = []
-    reader = threading.Thread(target=lambda: done.append(pytest.raises(ChannelTampered, read, channel)), daemon=True)
+def test_an_oversized_answer_is_refused_from_its_header_unread(channel):
+    rpc, kernel = channel
+    kernel.sendall(wire.FRAME.pack(wire.MAGIC, RID.encode(), 48 << 20, 0))   # announces 48 MiB, sends none
     start = time.monotonic()
-    reader.start()
-    reader.join(10)
-    assert done and time.monotonic() - start < 5, "reading a pipe must not block"
-    assert "named pipe" in str(done[0].value)
+    with pytest.raises(ChannelTampered, match=r"JSON of the kernel's answer is 48.0 MiB; an answer may be at most 4.0 MiB"):
+        receive(rpc)
+    assert time.monotonic() - start < 0.4, "refused from the header, without waiting for the body"
 
 
-def test_an_oversized_answer_is_refused_unread(channel):
-    answer(channel, "req-0-ab", {"ok": True, "result": None})
-    with open(channel.path / f"req-0-ab{ANSWER}.json", "r+b") as f:
-        f.truncate(48 << 20)   # sparse: 48 MiB that cost the forger nothing
-    with pytest.raises(ChannelTampered, match=r"48.0 MiB; an answer may be at most 4.0 MiB"):
-        read(channel)
+def test_an_oversized_tensor_part_is_refused(channel):
+    rpc, kernel = channel
+    kernel.sendall(wire.FRAME.pack(wire.MAGIC, RID.encode(), 2, 20 << 20))
+    with pytest.raises(ChannelTampered, match="tensors of the kernel's answer is 20.0 MiB; .* at most 16.0 MiB"):
+        receive(rpc)
 
 
-def test_an_oversized_tensor_file_is_refused(channel):
-    answer(channel, "req-0-ab", {"ok": True, "result": None}, {"t0": torch.zeros(5 << 20)})   # 20 MiB
-    with pytest.raises(ChannelTampered, match="tensor file .* at most 16.0 MiB"):
-        read(channel)
+def test_an_answer_that_stalls_halfway_is_refused_within_the_time_to_read(channel):
+    rpc, kernel = channel
+    kernel.sendall(wire.FRAME.pack(wire.MAGIC, RID.encode(), 4096, 0) + b'{"ok": true')
+    start = time.monotonic()
+    with pytest.raises(ChannelTampered, match="did not arrive within the time limit"):
+        receive(rpc)
+    assert time.monotonic() - start < 2.0
 
 
-def test_a_hard_link_and_a_missing_or_broken_part_are_refused(channel, tmp_path):
-    answer(channel, "req-0-ab", {"ok": True, "result": None})
-    os.link(channel.path / f"req-0-ab{ANSWER}.json", tmp_path / "elsewhere")
-    with pytest.raises(ChannelTampered, match="hard link"):
-        read(channel)
-    answer(channel, "req-1-ab", "{not json")
-    with pytest.raises(ChannelTampered, match="not valid JSON"):
-        read(channel, "req-1-ab")
-    answer(channel, "req-2-ab", {"ok": True, "result": None})
-    (channel.path / f"req-2-ab{ANSWER}.safetensors").write_bytes(b"\xff" * 64)
-    with pytest.raises(ChannelTampered, match="not valid safetensors"):
-        read(channel, "req-2-ab")
-    answer(channel, "req-3-ab", {"ok": True, "result": None})
-    (channel.path / f"req-3-ab{ANSWER}.safetensors").unlink()
-    with pytest.raises(ChannelTampered, match="missing"):
-        read(channel, "req-3-ab")
-    with pytest.raises(ChannelLost):
-        read(channel, "req-4-ab")   # no answer at all: the kernel wrote none
+@pytest.mark.parametrize("frame,words", [
+    (wire.FRAME.pack(b"HTTP", RID.encode(), 2, 0) + b"{}", "does not start as the server's answers do"),
+    (wire.FRAME.pack(wire.MAGIC, RID.encode(), 9, 0) + b"{not json", "not valid JSON"),
+    (wire.FRAME.pack(wire.MAGIC, RID.encode(), 2, 64) + b"{}" + b"\xff" * 64, "not valid safetensors"),
+])
+def test_a_broken_answer_is_tampering(channel, frame, words):
+    rpc, kernel = channel
+    kernel.sendall(frame)
+    with pytest.raises(ChannelTampered, match=words):
+        receive(rpc)
+
+
+def test_a_closed_channel_is_a_lost_answer_not_tampering(channel):
+    rpc, kernel = channel
+    kernel.sendall(wire.FRAME.pack(wire.MAGIC, RID.encode(), 100, 0) + b"{")
+    kernel.close()
+    with pytest.raises(ChannelLost, match="in the middle of an answer"):
+        receive(rpc)
+
+
+def test_no_answer_is_a_timeout_and_a_dead_kernel_is_lost(channel):
+    rpc, _ = channel
+    start = time.monotonic()
+    with pytest.raises(AnswerTimeout):
+        receive(rpc, wait_s=0.3)
+    assert 0.25 < time.monotonic() - start < 1.5
+    with pytest.raises(ChannelLost, match="died"):
+        receive(rpc, wait_s=5.0, alive=lambda: False)
 
 
 # -- the structure of answers --------------------------------------------------------------------------------
@@ -228,35 +192,65 @@ def test_an_error_message_cannot_pass_for_a_grader_line():
 
 
 # -- the kernel's side: its answers keep to the names and limits the grader reads ---------------------------
-def test_the_kernels_server_answers_where_the_grader_reads_and_within_its_limits(channel, monkeypatch):
+def _serve_here():
+    """The kernel's server on threads of this process, on a fresh channel: (grader's end, a request function)."""
+    rpc = RequestChannel()
+    fd = os.dup(rpc.kernel_fd)
+    rpc.launched()
+    server.install(fd)
+
+    def request(kind, target, *args, wait_s=5.0):
+        encoder = wire.Encoder()
+        request_id = secrets.token_hex(8)
+        header = {"kind": kind, "target": target, "args": encoder.encode(args), "kwargs": encoder.encode({}),
+                  "answer_limits": {"json_bytes": LIMITS["max_json_bytes"], "tensor_bytes": LIMITS["max_tensor_bytes"]}}
+        rpc.send(request_id, header, encoder.tensors)
+
+        def result():
+            reply, tensors = receive(rpc, request_id, wait_s=wait_s)
+            return check_reply(reply, tensors, kind), tensors
+        return request_id, result
+    return rpc, request
+
+
+def test_the_kernels_server_answers_on_its_own_thread_within_the_grader_limits(monkeypatch):
     main = sys.modules["__main__"].__dict__
     monkeypatch.setitem(main, "double", lambda t: t * 2)
     monkeypatch.setitem(main, "huge", lambda: list(range(2_000_000)))   # honest, but too much plain data
-    for name, target, args in (("req-0-ab", "double", (torch.ones(2),)), ("req-1-ab", "huge", ())):
-        encoder = wire.Encoder()
-        header = {"kind": "call", "target": target, "args": encoder.encode(args), "kwargs": encoder.encode({}),
-                  "answer_limits": {"json_bytes": LIMITS["max_json_bytes"], "tensor_bytes": LIMITS["max_tensor_bytes"]}}
-        server.serve(str(channel.write_request(name, header, encoder.tensors)))
-    reply, tensors = read(channel, "req-0-ab")
-    reply = check_reply(reply, tensors, "call")
-    assert torch.equal(wire.decode(reply["result"], tensors), torch.full((2,), 2.0))
-    reply, tensors = read(channel, "req-1-ab")
-    error = check_reply(reply, tensors, "call")["error"]   # an error the student can act on, not tampering
-    assert error["type"] == "ValueError" and "the grader takes at most 4.0 MiB" in error["message"]
-    for name in ("req-0-ab", "req-1-ab"):
-        channel.cleanup(name)
-    assert list(channel.path.iterdir()) == []
-
-
-def test_a_request_is_cleaned_from_its_folder_wherever_the_kernel_moves_it(channel):
-    folder = channel.open()
+    monkeypatch.setitem(main, "where", lambda: __import__("threading").current_thread().name)
+    rpc, request = _serve_here()
     try:
-        channel.write_request("req-0-ab", {"kind": "call"}, {}, dir_fd=folder)
-        channel.path.rename(channel.workdir / "moved")     # the kernel moves the folder away mid-request
-        channel.path.symlink_to("/tmp")
-        with pytest.raises(ChannelTampered):
-            channel.open()
-        channel.cleanup("req-0-ab", dir_fd=folder)
+        _, result = request("call", "double", torch.ones(2))
+        reply, tensors = result()
+        assert torch.equal(wire.decode(reply["result"], tensors), torch.full((2,), 2.0))
+        _, result = request("call", "huge")
+        error = result()[0]["error"]   # an error the student can act on, not tampering
+        assert error["type"] == "ValueError" and "the grader takes at most 4.0 MiB" in error["message"]
+        _, result = request("call", "where")
+        assert result()[0]["result"] == "genlab-server", "requests run on the server's thread, not in a cell"
     finally:
-        os.close(folder)
-    assert list((channel.workdir / "moved").iterdir()) == []
+        rpc.close()
+
+
+def test_an_interrupt_stops_a_call_that_runs_too_long(monkeypatch):
+    main = sys.modules["__main__"].__dict__
+
+    def spin():
+        while True:
+            pass
+    monkeypatch.setitem(main, "spin", spin)
+    rpc, request = _serve_here()
+    try:
+        request_id, result = request("call", "spin", wait_s=0.3)
+        with pytest.raises(AnswerTimeout):
+            result()
+        rpc.interrupt(request_id)
+        reply = check_reply(*receive(rpc, request_id, wait_s=5.0), "call")
+        assert reply["error"]["type"] == "KeyboardInterrupt"
+        request_id, result = request("call", "spin", wait_s=0.3)   # the server takes the next request as before
+        with pytest.raises(AnswerTimeout):
+            result()
+        rpc.interrupt(request_id)   # and stops it too: no thread keeps spinning in this test process
+        assert check_reply(*receive(rpc, request_id, wait_s=5.0), "call")["error"]["type"] == "KeyboardInterrupt"
+    finally:
+        rpc.close()

@@ -318,56 +318,79 @@ display(SVG(_svg.getvalue()))
 SAMPLES["lab1_attack_active_outputs"] = {"cells": {"reparameterize": CORRECT["reparameterize"] + ACTIVE_OUTPUTS},
                                          "expect": {"full": True}}
 
-# -- the request channel (issue 22): answers and folders forged from inside the kernel ---------------------
-# The kernel's server writes each answer as <request>-answer.json in ~/.genlab_rpc, and the grader reads it.
-# Each sample hands in a wrong reparameterize, then forges the channel with code no scan flags (the names
-# are built at run time), so the grader's reader (autograder.channel) is what must refuse it: tampered, with
-# the evidence in words. The folder or answer is replaced right after the server wrote it (os.replace is how
-# it puts an answer in place).
+# -- the request channel (issue 22): answers forged from inside the kernel ----------------------------------
+# The kernel's server answers each request with one frame (genlab.testing.wire: a fixed header with the
+# request's id and the two lengths, the JSON, the tensors) written with socket.sendall on the channel it was
+# handed at launch. Each sample hands in a wrong reparameterize, then rewrites or cuts the server's frames with
+# code no scan flags (the names are built at run time), so the grader's reader (autograder.channel) is what
+# must refuse it: tampered, with the evidence in words.
 _FORGE = '''
-_m = __import__('o' + 's')
-_real = _m.replace
+_s, _st = __import__('soc' + 'ket'), __import__('str' + 'uct')
+_real = getattr(_s.socket, 'send' + 'all')
+_F = _st.Struct('!4s16sIQ')
 _done = []
-def _put(src, dst, *args, **kwargs):
-    _real(src, dst, *args, **kwargs)
-    if str(dst).endswith('answer.json') and {when}:
-        _done.append(dst)
+def _put(self, data, *args):
+    data = bytes(data)
+    if data[:4] == b'GLR1' and len(data) >= _F.size:
+        _magic, _rid, _tl, _bl = _F.unpack(data[:_F.size])
+        _text = data[_F.size:_F.size + _tl].decode()
+        if {when}:
+            _done.append(_rid)
 {forge}
-_m.replace = _put
+    return _real(self, data, *args)
+setattr(_s.socket, 'send' + 'all', _put)
 '''
 
 
 def _forging(forge: str, when: str = "True") -> str:
-    return _FORGE.format(when=when, forge="\n".join("        " + line for line in forge.strip().splitlines()))
+    return _FORGE.format(when=when, forge="\n".join("            " + line for line in forge.strip().splitlines()))
+
+
+def _framed(text: str, announced: str = "len(_body)", sent: str = "_body") -> str:
+    """A forged answer to the same request: JSON ``text`` (a Python expression), no tensors."""
+    return f"_body = ({text}).encode()\ndata = _F.pack(_magic, _rid, {announced}, 0) + {sent}"
 
 
 _WRONG_REPARAM = {"reparameterize": REPARAM_HEAD + "    return mu\n"}
+_ONE_CALL = "not _done and '__tensor__' in _text"   # the first answer that carries a tensor: a call's
 SAMPLES.update({
-    # The channel's folder becomes a link to the host's /tmp: the grader must write no request there.
-    "lab1_attack_rpc_folder_symlink": {"cells": _WRONG_REPARAM, "after": {"reparameterize":
-        "_m = __import__('o' + 's')\n_rpc = _m.path.join(_m.path.expanduser('~'), '.genlab' + '_rpc')\n"
-        "_m.rename(_rpc, _rpc + '_moved')\n_m.symlink('/tmp', _rpc)\n"},
-        "expect": {"tampered": True, "evidence": "symbolic link", "no_files": "/tmp/req-*"}},
-    # An answer becomes a link to a host file only root may read.
-    "lab1_attack_answer_symlink": {"cells": _WRONG_REPARAM, "after": {"reparameterize": _forging(
-        "_m.unlink(dst)\n_m.symlink('/etc/shadow', dst)")},
-        "expect": {"tampered": True, "evidence": "symbolic link"}},
-    # An answer becomes a named pipe no one writes to: reading it would block for ever.
-    "lab1_attack_answer_fifo": {"cells": _WRONG_REPARAM, "after": {"reparameterize": _forging(
-        "_m.unlink(dst)\n_m.mkfifo(dst)")},
-        "expect": {"tampered": True, "evidence": "named pipe"}},
+    # An answer to a request the grader never made (a frame prepared in advance, or replayed).
+    "lab1_attack_answer_other_request": {"cells": _WRONG_REPARAM, "after": {"reparameterize": _forging(
+        "data = _F.pack(_magic, b'0' * 16, _tl, _bl) + data[_F.size:]", when=_ONE_CALL)},
+        "expect": {"tampered": True, "evidence": "a request the grader did not make"}},
+    # The channel cut (shut down both ways) from a cell, found through the server's reading thread: every later
+    # request is lost, and none passes.
+    "lab1_attack_channel_cut": {"cells": _WRONG_REPARAM, "after": {"reparameterize":
+        "_t = __import__('thre' + 'ading')\nfor _th in _t.enumerate():\n"
+        "    if _th.name.endswith('-reader'):\n        getattr(_th, '_args')[0].shutdown(2)\n"},
+        "expect": {"full": False, "failed_tests": ["reparameterize_shape", "reparameterize_value",
+                                                    "reparameterize_gradient"],
+                   "status": {"reparameterize_value": "killed"}}},
+    # An answer that announces more than it sends, then stalls: reading it would wait for ever.
+    "lab1_attack_answer_stall": {"cells": _WRONG_REPARAM, "after": {"reparameterize": _forging(
+        _framed("'{\"ok\": true, \"result\": 1}'", announced="4096", sent="_body"), when=_ONE_CALL)},
+        "expect": {"tampered": True, "evidence": "did not arrive within the time limit"}},
     # The integrity check's answer, in the right format but the wrong shape: 7 instead of a list of names.
     "lab1_attack_integrity_shape": {"cells": _WRONG_REPARAM, "after": {"reparameterize": _forging(
-        "with open(dst, 'w') as _f:\n    _f.write('{\"ok\": true, \"result\": 7}')",
-        when="'integrity' in open(str(dst)[:-len('-answer.json')] + '.json').read()")},
+        _framed("'{\"ok\": true, \"result\": 7}'"), when="_text == '{\"ok\": true, \"result\": [], \"modes\": []}'")},
         "expect": {"tampered": True, "evidence": "malformed"}},
-    # A well-formed error answer of 48 MiB (the kernel's own server caps its messages; a forged one does not).
+    # A well-formed error answer announcing 48 MiB (the kernel's own server caps its messages; a forged one
+    # does not): refused from its header, unread.
     "lab1_attack_huge_error": {"cells": _WRONG_REPARAM, "after": {"reparameterize": _forging(
-        "with open(dst, 'w') as _f:\n"
-        "    _f.write('{\"ok\": false, \"error\": {\"type\": \"ValueError\", \"message\": \"' + 'x' * (48 << 20) + "
-        "'\", \"traceback\": \"\"}}')",
-        when="not _done and '\"call\"' in open(str(dst)[:-len('-answer.json')] + '.json').read()")},
+        _framed("'{\"ok\": false, \"error\": {\"type\": \"ValueError\", \"message\": \"' + 'x' * (48 << 20) + "
+                "'\", \"traceback\": \"\"}}'"), when=_ONE_CALL)},
         "expect": {"tampered": True, "evidence": "at most", "max_feedback_bytes": 3_000_000}},
+    # Requests once ran as IPython cells: a pre_run_cell hook swapped a correct reparameterize in for each of
+    # them and the wrong one back after. Requests now reach the function through the server's own thread, so
+    # the hook sees only the notebook's own cells, and the tests see the wrong function.
+    "lab1_attack_request_hooks": {"cells": _WRONG_REPARAM, "after": {"reparameterize":
+        "_wrong = reparameterize\n" + REPARAM_HEAD.replace("def reparameterize", "def _right") +
+        "    if eps is None:\n        eps = torch.randn_like(mu)\n    return mu + torch.exp(0.5 * logvar) * eps\n"
+        "_ns = globals()\n"
+        "def _swap(info):\n"
+        "    _ns['reparameterize'] = _right if 'genlab' in (info.raw_cell or '') else _wrong\n"
+        "getattr(getattr(get_ipython(), 'eve' + 'nts'), 'reg' + 'ister')('pre_' + 'run_cell', _swap)\n"},
+        "expect": {"full": False, "failed_tests": ["reparameterize_value", "reparameterize_gradient"]}},
 })
 
 # No forging: an error message with a carriage return, terminal escapes, a bell, an 8-bit CSI, a right-to-left

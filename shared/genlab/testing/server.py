@@ -1,17 +1,26 @@
 """The kernel side of grading: runs a student's function on inputs the grader chose, sends back data.
 
-The grader installs this module in the student's kernel *before* any student cell runs, then, for each
-test, writes a request file and executes ``serve(path)`` in the kernel. Nothing here decides a verdict:
-it only computes and reports. The verdict is taken in the grader's own process (see ``autograder.remote``),
-so patching anything in this process can change what is reported, never how it is judged.
+The grader launches the kernel with one end of a socket pair (an inherited file descriptor) and, in the boot
+cell that runs before any student cell, calls :func:`install` with its number. ``install`` snapshots the
+watched objects and starts two threads of this module's own: one reads the grader's frames
+(:mod:`genlab.testing.wire`), one answers each request. No request runs as an IPython cell, so nothing in
+the notebook's namespace or IPython's hooks (a user ``__import__``, ``pre_execute`` events, input
+transformers) is on its path, and no name of the server is left among the notebook's globals. Nothing here
+decides a verdict: it only computes and reports. The verdict is taken in the grader's own process (see
+``autograder.remote``), so patching anything in this process can change what is reported, never how it is
+judged.
 """
 from __future__ import annotations
 
+import ctypes
 import json
+import os
+import queue
+import socket
 import sys
+import threading
 import time
 import traceback
-from pathlib import Path
 
 from genlab.testing import wire
 
@@ -24,11 +33,18 @@ def _keep(obj) -> int:
     return id(obj)
 
 
-def _namespace() -> dict:
+def _shell():
+    """The IPython shell, from any thread (``get_ipython`` is a builtin only while a cell runs)."""
     try:
-        return get_ipython().user_ns  # noqa: F821 - defined inside IPython kernels
-    except NameError:
-        return sys.modules["__main__"].__dict__
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    return get_ipython()
+
+
+def _namespace() -> dict:
+    shell = _shell()
+    return shell.user_ns if shell is not None else sys.modules["__main__"].__dict__
 
 
 def _watched() -> dict[str, object]:
@@ -46,7 +62,8 @@ def _watched() -> dict[str, object]:
         "FlopCounterMode.__exit__": FlopCounterMode.__exit__,
         "time.perf_counter": time.perf_counter, "time.time": time.time, "time.monotonic": time.monotonic,
         "sys.settrace": sys.gettrace(),
-        "genlab.testing.server.serve": serve, "genlab.testing.wire.Encoder": wire.Encoder,
+        "genlab.testing.server.answer": answer, "genlab.testing.wire.Encoder": wire.Encoder,
+        "genlab.testing.wire.pack_frame": wire.pack_frame, "genlab.testing.wire.read_frame": wire.read_frame,
     }
     for name in ("grad_of", "peak_memory", "count_flops", "check_close", "check_shape", "time_ratio"):
         if hasattr(checks, name):
@@ -74,8 +91,8 @@ def _watched() -> dict[str, object]:
                         "numpy.ndarray.__eq__": np.ndarray.__eq__})
     except ImportError:
         pass
-    try:
-        shell = get_ipython()  # noqa: F821
+    shell = _shell()
+    if shell is not None:
         cls = type(shell)
         watched["IPython.showtraceback"] = cls.showtraceback
         watched["InteractiveShell.run_cell"] = cls.run_cell
@@ -86,17 +103,23 @@ def _watched() -> dict[str, object]:
         watched["shell.input_transformers_cleanup"] = tuple(shell.input_transformers_cleanup)
         watched["shell.input_transformers_post"] = tuple(shell.input_transformers_post)
         watched["shell.ast_transformers"] = tuple(shell.ast_transformers)
-    except NameError:
-        pass
     return watched
 
 
-def install() -> None:
-    """Called by the grader before the first student cell: remembers what the watched objects are."""
+def install(fd: int | None = None) -> None:
+    """Called by the grader's boot cell, before the first student cell: remembers what the watched objects are
+    and, given the channel's descriptor, starts serving the grader's requests on it."""
     import genlab.checks  # noqa: F401 - imported now, so later patches are visible as changes
 
     _baseline.clear()
     _baseline.update({name: _identity(obj) for name, obj in _watched().items()})
+    if fd is not None:
+        os.set_inheritable(fd, False)   # a process the notebook starts does not get the channel
+        sock = socket.socket(fileno=fd)
+        requests: queue.Queue = queue.Queue()
+        worker = threading.Thread(target=_serve, args=(sock, requests), name="genlab-server", daemon=True)
+        worker.start()
+        threading.Thread(target=_read, args=(sock, requests, worker), name="genlab-reader", daemon=True).start()
 
 
 def _identity(obj) -> object:
@@ -112,14 +135,70 @@ def integrity() -> list[str]:
     return sorted(name for name, ident in _baseline.items() if _identity(now.get(name)) != ident)
 
 
-def serve(request: str) -> None:
-    """Executes one request and writes ``<request>-answer.{json,safetensors}``; never raises."""
-    request = Path(request)
-    response = request.with_name(request.name + "-answer")
+# -- the two threads ----------------------------------------------------------------------------------------
+_running = {"id": None}          # the request the server thread is answering now
+_running_lock = threading.Lock()
+
+
+def _read(sock: socket.socket, requests: queue.Queue, worker: threading.Thread) -> None:
+    """Reads the grader's frames: requests go to the server thread; an interrupt raises KeyboardInterrupt in
+    it, as Ctrl-C does in a cell, if it is still answering that request."""
+    while True:
+        try:
+            frame = wire.read_frame(sock)
+        except Exception:  # noqa: BLE001 - the grader is gone or the stream is broken: nothing more to serve
+            frame = None
+        if frame is None:
+            requests.put(None)
+            return
+        magic, request_id, header, tensors = frame
+        if magic == wire.INTERRUPT:
+            with _running_lock:
+                if _running["id"] == request_id:
+                    _async_raise(worker, KeyboardInterrupt)
+            continue
+        requests.put((request_id, header, tensors))
+
+
+def _async_raise(thread: threading.Thread, exc_type) -> None:
+    # The same mechanism as a signal's KeyboardInterrupt, aimed at one thread: it is raised at the next bytecode
+    # that thread runs (a long call into C finishes first). None clears one that was set and not yet raised.
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident),
+                                               ctypes.py_object(exc_type) if exc_type else None)
+
+
+def _serve(sock: socket.socket, requests: queue.Queue) -> None:
+    while True:
+        item = requests.get()
+        if item is None:
+            return
+        request_id, header, tensors = item
+        with _running_lock:
+            _running["id"] = request_id
+        try:
+            reply, encoder = answer(header, tensors)
+        except BaseException:  # noqa: BLE001 - an interrupt that landed outside the student's call
+            reply, encoder = _error_reply(KeyboardInterrupt("interrupted")), wire.Encoder(keep=_keep)
+        with _running_lock:
+            _running["id"] = None
+            _async_raise(threading.current_thread(), None)
+        try:
+            sock.sendall(wire.pack_frame(request_id, reply, encoder.tensors))
+        except OSError:
+            return
+
+
+def _error_reply(exc: BaseException) -> dict:
+    tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    return {"ok": False, "error": {"type": type(exc).__name__, "message": str(exc)[:4000],
+                                   "traceback": "".join(tb)[-6000:]}}
+
+
+def answer(header: dict, tensors: dict) -> tuple[dict, wire.Encoder]:
+    """The answer to one request (its header and tensors): the reply and the encoder holding its tensors;
+    never raises."""
     encoder = wire.Encoder(keep=_keep)
-    header: dict = {}
     try:
-        header, tensors = wire.read_message(request)
         sent_modules: dict = {}  # torch.nn modules a test sent (tied parameters are shared across arguments)
         args = wire.decode(header.get("args", []), tensors, handle_factory=_resolve_handle, modules=sent_modules)
         kwargs = wire.decode(header.get("kwargs", {"__dict__": {}}), tensors, handle_factory=_resolve_handle,
@@ -132,14 +211,12 @@ def serve(request: str) -> None:
         reply = {"ok": False, "error": {"type": "NameError", "message": str(missing), "traceback": ""}}
     except BaseException as exc:  # the student's function may raise anything, SystemExit included
         encoder = wire.Encoder(keep=_keep)
-        tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
-        reply = {"ok": False, "error": {"type": type(exc).__name__, "message": str(exc)[:4000],
-                                         "traceback": "".join(tb)[-6000:]}}
+        reply = _error_reply(exc)
     too_large = _too_large(reply, encoder, header.get("answer_limits"))
     if too_large:
         encoder = wire.Encoder(keep=_keep)
         reply = {"ok": False, "error": {"type": "ValueError", "message": too_large, "traceback": ""}}
-    wire.write_message(response, reply, encoder)
+    return reply, encoder
 
 
 def _too_large(reply: dict, encoder: wire.Encoder, limits) -> str:
