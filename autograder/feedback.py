@@ -15,6 +15,7 @@ import os
 import re
 import warnings
 from concurrent.futures import ProcessPoolExecutor
+from functools import lru_cache
 from pathlib import Path
 
 import nbformat
@@ -50,12 +51,112 @@ def score_line(result: Result, score=None, late=None) -> str:
     return f"**{line}**"
 
 
-def _summary_cell(result: Result, score=None, late=None):
-    lines = [f"# Feedback: {result.lab}", score_line(result, score, late), "",
-             "| test | status | points | diagnosis |", "|---|---|---|---|"]
+# The page's own stylesheet: fixed text of the grader's, never a student's. It goes in the page's head after the
+# body is cleaned (autograder.sanitize.seal_page), and the page's CSP allows it by its sha256 alone.
+STYLESHEET = """
+.genlab-fix-first { border-left: 4px solid #c9302c; background: #fdf6f6; padding: 0.5em 1em; margin: 1em 0; }
+.genlab-fix-first h2 { font-size: 1.25em; margin: 0.3em 0 0.5em; }
+.genlab-fix-first ol > li { margin-bottom: 0.8em; }
+.genlab-fix-first .genlab-bug { background: #fff; border: 1px solid #e4b9b9; padding: 0.4em 0.7em;
+  margin: 0.3em 0; }
+.genlab-fix-first .genlab-seen { color: #555; }
+table.genlab-tests { border-collapse: collapse; margin: 1em 0; }
+table.genlab-tests th, table.genlab-tests td { padding: 0.35em 0.9em; border: 1px solid #ccc; text-align: left;
+  vertical-align: top; }
+table.genlab-tests thead th { background: #eee; }
+table.genlab-tests td.genlab-points { text-align: right; white-space: nowrap; }
+table.genlab-tests tr.genlab-passed td.genlab-status { color: #276b27; }
+table.genlab-tests tr.genlab-not-passed td.genlab-status { color: #b52a2a; font-weight: bold; }
+table.genlab-tests tr.genlab-not-passed td { background: #fdf6f6; }
+"""
+
+
+def _text(text: str) -> str:
+    """The grader's or a student's text as HTML text: escaped, its line breaks kept, no blank line (a blank
+    line would end the summary's HTML block in the markdown cell, and the rest would be read as markdown)."""
+    return "<br>".join(html.escape(line) for line in str(text).splitlines() if line.strip())
+
+
+@lru_cache(maxsize=None)
+def _depends(lab: str) -> dict:
+    """Functions that call another student function (the lab's ``DEPENDS``), {} when the lab has none."""
+    from autograder.labs import LabFolder
+
+    try:
+        return LabFolder(Path(__file__).resolve().parents[1], lab).depends
+    except Exception:  # noqa: BLE001 - no samples module here: the summary just names no dependency
+        return {}
+
+
+def _function_of(result: Result) -> dict[str, str]:
+    """test -> the student function it tests: the longest solution grade_id that prefixes the test's."""
+    from genlab.testing.notebook import function_of, grade_id, is_solution
+
+    functions = [grade_id(c) for c in result.notebook.cells if is_solution(c)] if result.notebook else []
+    functions += [b.function for o in result.outcomes for b in o.diagnosis]
+    return {o.test: function_of(o.test, functions) or o.test for o in result.outcomes}
+
+
+def _fix_first(result: Result) -> str:
+    """"What to fix first": the failed tests grouped by the function they test, functions with a named bug first
+    (its explanation from the lab's catalogue above the tests), then in notebook order. One HTML block."""
+    failed = [o for o in result.outcomes if o.status != "passed"]
+    if not failed or result.notebook is None:
+        return ""
+    of = _function_of(result)
+    groups: dict[str, list] = {}
+    for o in failed:
+        groups.setdefault(of[o.test], []).append(o)
+    named = {f: list({b.id: b for o in tests for b in o.diagnosis}.values()) for f, tests in groups.items()}
+    order = sorted(groups, key=lambda f: not named[f])   # stable: notebook order within each kind
+    depends = _depends(result.lab)
+    items = []
+    for function in order:
+        tests = groups[function]
+        lost = sum(result.points[o.test] for o in tests)
+        item = [f"<li><strong><code>{html.escape(function)}</code></strong>: {len(tests)} test"
+                f"{'s' * (len(tests) != 1)} failed, {lost:g} point{'s' * (lost != 1)} lost"]
+        for b in named[function]:
+            item.append(f'<div class="genlab-bug"><strong>{_text(b.title)}</strong> ({html.escape(b.id)}): '
+                        f"{_text(b.symptom)}<br><em>What to try:</em> {_text(b.fix)}<br>"
+                        f"<small>Documented in: {_text(b.reference)}</small></div>")
+        calls = [g for g in depends.get(function, []) if g in groups]
+        if calls:
+            names = " and ".join(filter(None, [", ".join(calls[:-1]), calls[-1]]))
+            item.append(f"<p>{html.escape(function)} calls {html.escape(names)}, which "
+                        f"fail{'s' * (len(calls) == 1)} too: its failures may come from there, so fix "
+                        f"{'that' if len(calls) == 1 else 'those'} first.</p>")
+        seen = result.behaviour.get(function, {}).get("relations", {})
+        if seen and not named[function]:
+            item.append('<p class="genlab-seen">Your outputs against the reference\'s on the grader\'s inputs: '
+                        + ", ".join(f"{html.escape(k)} ({n}&times;)" for k, n in seen.items()) + ".</p>")
+        item.append("<ul>" + "".join(f"<li><code>{html.escape(o.test)}</code> ({html.escape(str(o.status))}): "
+                                     f"{_text(o.message)}</li>" for o in tests) + "</ul></li>")
+        items.append("".join(item))
+    return ('<div class="genlab-fix-first"><h2>What to fix first</h2><ol>' + "\n".join(items) + "</ol></div>")
+
+
+def _tests_table(result: Result) -> str:
+    """Every test's row: test, status, points, and the message (named bugs' titles first). One HTML block."""
+    rows = []
     for o in result.outcomes:
-        lines.append(f"| `{o.test}` | {o.status} | {result.score(o.test):g}/{result.points[o.test]:g} | "
-                     f"{'; '.join(b.title for b in o.diagnosis)} |")
+        kind = "genlab-passed" if o.status == "passed" else "genlab-not-passed"
+        message = "; ".join(f"<strong>{_text(b.title)}</strong>" for b in o.diagnosis)
+        if o.message and o.status != "passed":
+            message += (" &mdash; " if message else "") + _text(o.message)
+        rows.append(f'<tr class="{kind}"><td><code>{html.escape(o.test)}</code></td>'
+                    f'<td class="genlab-status">{html.escape(str(o.status))}</td>'
+                    f'<td class="genlab-points">{result.score(o.test):g}/{result.points[o.test]:g}</td>'
+                    f"<td>{message}</td></tr>")
+    return ('<table class="genlab-tests"><thead><tr><th>test</th><th>status</th><th>points</th><th>message</th>'
+            "</tr></thead><tbody>" + "\n".join(rows) + "</tbody></table>")
+
+
+def _summary_cell(result: Result, score=None, late=None):
+    lines = [f"# Feedback: {result.lab}", score_line(result, score, late), ""]
+    for block in (_fix_first(result), _tests_table(result)):  # HTML blocks: no blank line inside either
+        if block:
+            lines += [block, ""]
     if result.notes:
         lines += ["", "**Repairs made before grading:**"] + [f"- {n}" for n in result.notes]
     if result.evidence:
@@ -150,7 +251,7 @@ def write_feedback(out: Path, db_url: str, results, pool: ProcessPoolExecutor | 
         _one_score_line(out / "feedback" / r.student / r.lab / f"{r.lab}.html",
                         score_line(r, scores.get(key), lates.get(key)).strip("*"))
     _write_reason_pages(out, results, scores, lates)
-    seal_pages(out / "feedback")  # no student script runs when a page is opened (autograder.sanitize)
+    seal_pages(out / "feedback", STYLESHEET)  # no student script runs when a page is opened (autograder.sanitize)
 
 
 def write_outputs(root: Path, out: Path, results: list[Result], labs: list[str], db_url: str | None = None,

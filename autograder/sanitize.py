@@ -11,9 +11,11 @@ student's JavaScript. Two walls, both built from libraries rather than a hand-wr
 2. :func:`seal_page`, on every HTML page written: the page's body, where the student's rendered markdown and
    outputs are, is cleaned again with nh3 (no script, no ``on*`` handler, no ``javascript:`` URL, no iframe,
    no form, images only from ``data:`` URLs), and a Content-Security-Policy meta tag that forbids every
-   script and every remote load goes first in the head. Before that, the LaTeX of the rendered markdown is
-   drawn as MathML (:func:`render_math`, with latex2mathml), which browsers render without script; the
-   allow-list admits MathML's presentation elements, never ``href``, ``maction`` or ``annotation-xml``.
+   script and every remote load goes first in the head (on feedback pages with a second one, allowing only the
+   head's own stylesheets by their sha256: the template's and the grader's). Before that, the LaTeX of the
+   rendered markdown is drawn as MathML (:func:`render_math`, with latex2mathml), which browsers render
+   without script; the allow-list admits MathML's presentation elements, never ``href``, ``maction`` or
+   ``annotation-xml``.
 
 PNG and JPEG plots still display (``data:`` images), and so do SVG plots, after cleaning.
 """
@@ -21,13 +23,15 @@ from __future__ import annotations
 
 import base64
 import copy
+import hashlib
 import re
 from pathlib import Path
 
 import nh3
 
 # No script of any kind, nothing loaded from anywhere but the page itself: images are data: URLs, styles are
-# the template's inline ones. Placed first in <head>, before anything it governs.
+# the template's inline ones (a feedback page narrows them to its head's own, by hash: style_policy). Placed
+# first in <head>, before anything it governs.
 CSP = ("default-src 'none'; script-src 'none'; object-src 'none'; frame-src 'none'; child-src 'none'; "
        "connect-src 'none'; img-src data:; style-src 'unsafe-inline'; font-src data:; media-src data:; "
        "base-uri 'none'; form-action 'none'")
@@ -174,8 +178,24 @@ def inert_notebook(nb):
     return nb
 
 
-def seal_page(page: str) -> str:
-    """An HTML page with its body cleaned and a CSP that forbids script placed first in its head."""
+_STYLE_ELEMENT = re.compile(r"<style\b[^>]*>(.*?)</style\s*>", re.DOTALL | re.IGNORECASE)
+
+
+def style_policy(head: str) -> str:
+    """A second Content-Security-Policy, for styles only: the page's head's own ``<style>`` elements (the
+    template's and the grader's stylesheet), each allowed by the sha256 of its exact text. A browser enforces
+    both policies, so no other style applies: no ``<style>`` element or ``style`` attribute that reached the
+    body (nh3 removes them) and no ``'unsafe-inline'``."""
+    hashes = sorted({"'sha256-" + base64.b64encode(hashlib.sha256(m[1].encode()).digest()).decode() + "'"
+                     for m in _STYLE_ELEMENT.finditer(head)})
+    sources = " ".join(hashes) or "'none'"
+    return f'<meta http-equiv="Content-Security-Policy" content="style-src {sources}">'
+
+
+def seal_page(page: str, stylesheet: str | None = None) -> str:
+    """An HTML page with its body cleaned and a CSP that forbids script placed first in its head; with a
+    ``stylesheet`` (the grader's own, never a student's text), that stylesheet last in the head, and only the
+    head's styles allowed (:func:`style_policy`). A page sealed before keeps its head."""
     head, body_open, rest = page.partition("<body")
     if not body_open:  # not a whole page: the fragment itself is what must be clean
         return CSP_META + clean_page_body(page)
@@ -183,15 +203,20 @@ def seal_page(page: str) -> str:
     inner, body_close, tail = rest[tag_end:].rpartition("</body>")
     body = body_open + rest[:tag_end] + clean_page_body(inner) + body_close + tail
     if CSP_META not in head:
-        head = re.sub(r"<head[^>]*>", lambda m: m.group(0) + "\n" + CSP_META, head, count=1)
+        if stylesheet is not None:
+            head = head.replace("</head>", f"<style>{stylesheet}</style>\n</head>", 1)
+            policies = CSP_META + "\n" + style_policy(head)
+        else:
+            policies = CSP_META
+        head = re.sub(r"<head[^>]*>", lambda m: m.group(0) + "\n" + policies, head, count=1)
     return head + body
 
 
-def seal_pages(folder: Path) -> int:
-    """Seals every ``*.html`` under ``folder`` in place; returns how many pages were sealed."""
+def seal_pages(folder: Path, stylesheet: str | None = None) -> int:
+    """Seals every ``*.html`` under ``folder`` in place (:func:`seal_page`); returns how many were sealed."""
     pages = sorted(Path(folder).rglob("*.html")) if Path(folder).is_dir() else []
     for path in pages:
-        path.write_text(seal_page(path.read_text()))
+        path.write_text(seal_page(path.read_text(), stylesheet))
     return len(pages)
 
 
