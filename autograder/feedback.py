@@ -166,7 +166,7 @@ def _summary_cell(result: Result, score=None, late=None):
         reasons = [m for m in dict.fromkeys(o.message for o in result.outcomes if o.message)
                    if m not in result.evidence]
         if reasons:
-            lines += ["", "**Why nothing was graded:**"] + [f"- {m}" for m in reasons]
+            lines += ["", "**Why nothing was graded:**"] + [f"- {html.escape(m)}" for m in reasons]
     return nbformat.v4.new_markdown_cell("\n".join(lines))
 
 

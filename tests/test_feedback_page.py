@@ -72,6 +72,17 @@ def test_the_stylesheet_is_allowed_by_its_hash_alone(tmp_path):
     assert seal_page(html, STYLESHEET) == seal_page(seal_page(html, STYLESHEET), STYLESHEET)  # sealed once
 
 
+def test_a_page_for_a_notebook_that_never_ran_shows_the_reason_as_text():
+    from nbconvert import HTMLExporter
+
+    reason = "no notebook lab1_vae.ipynb was handed in: <script>x()</script> & more"
+    result = Result.every_test("s1", "lab1_vae", {"gaussian_kl_value": 2.0}, Status.MISSING, reason)
+    page = HTMLExporter().from_notebook_node(nbformat.v4.new_notebook(cells=[_summary_cell(result)]))[0]
+    body = seal_page(page, STYLESHEET).split("<body", 1)[1]
+    assert "What to fix first" not in body and 'class="genlab-tests"' in body and not active_markup(body)
+    assert body.count("&lt;script&gt;x()&lt;/script&gt; &amp; more") == 2   # in the table and under the reasons
+
+
 @pytest.mark.slow
 def test_the_page_in_chromium(browser, graded_class, tmp_path):
     """The styled table, the summary, MathML, no `$` in the prose, no script run, and a screenshot."""
