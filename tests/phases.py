@@ -16,6 +16,7 @@ from collections import defaultdict
 PHASES = [
     ("solutions/", "nbval (solution notebooks)"),
     ("tests/test_browser.py", "browser (JupyterLab, feedback pages in Chromium)"),
+    ("tests/test_feedback_page.py", "browser (JupyterLab, feedback pages in Chromium)"),
     ("tests/test_slurm.py", "cluster (Slurm job array)"),
     ("tests/test_grading.py", "grading (every sample, both modes)"),
     ("tests/test_sharding.py", "grading (shards, resume, PostgreSQL)"),

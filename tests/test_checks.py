@@ -400,3 +400,17 @@ def test_timing_stops_early_only_when_clearly_fast():
     assert fast.rounds == 2
     every = time_ratio(torch.neg, torch.neg, torch.zeros(100), min_run_time=0.01, rounds=4)
     assert every.rounds == 4
+
+
+def test_counting_flops_and_memory_imports_no_dynamo():
+    """torch wraps a dispatch mode's method in torch._disable_dynamo, which imports torch._dynamo (about 800
+    modules, seconds of CPU) at the first op: in every grading kernel that measures. genlab opts out of it."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch\nfrom genlab.checks import count_flops, peak_memory\nq = torch.randn(2, 4, 16, 8)\n"
+            "assert count_flops(lambda a: a @ a.transpose(-1, -2), q) == 2 * 2 * 4 * 16 * 16 * 8\n"
+            "assert peak_memory(lambda a: a * 2, q) >= q.numel() * 4\n"
+            "assert 'torch._dynamo' not in sys.modules, 'torch._dynamo was imported'\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]

@@ -49,6 +49,21 @@ EXTRA_FLOP_FORMULAS = {
 }
 
 
+def _without_dynamo_import() -> None:
+    # torch wraps FlopCounterMode's dispatch method in torch._disable_dynamo, which imports torch._dynamo
+    # (about 800 modules: 1.7 to 2.8 s of CPU measured) at the first op counted, once in every kernel that
+    # counts FLOPs. The wrapper only keeps torch.compile from tracing *into* that method, and it caches the
+    # function it calls as ``__dynamo_disable`` on the method: set to the method itself, the count is the
+    # same and nothing is imported. (genlab.checks.memory's tracker opts out of the wrapper the same way.)
+    mode = getattr(flop_counter, "_FlopCounterMode", None)
+    raw = getattr(getattr(mode, "__dict__", {}).get("__torch_dispatch__"), "__wrapped__", None)
+    if raw is not None and getattr(raw, "__dynamo_disable", None) is None:
+        setattr(raw, "__dynamo_disable", raw)
+
+
+_without_dynamo_import()
+
+
 def count_flops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
     """Total FLOPs of ``fn(*args, **kwargs)`` as counted by FlopCounterMode (see module doc).
 
