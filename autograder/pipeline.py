@@ -87,14 +87,14 @@ class Lab:
     @cached_property
     def setup_modules(self) -> tuple[str, ...]:
         """The absolute module names the setup cell imports, in order (a spare kernel imports them early)."""
-        return _imported_modules(self.source.setup_source)
+        return imported_modules(self.source.setup_source)
 
     @cached_property
     def test_modules(self) -> tuple[str, ...]:
         """The absolute module names the test cells import (peft in Lab 4's): the grader's process, where the
         tests run, imports them when it loads the lab, so that no test pays the import inside its time limit
         (peft with transformers took 36 s on a loaded 2-core machine, over the 20 s a test may take)."""
-        return tuple(dict.fromkeys(m for spec in self.tests.values() for m in _imported_modules(spec["source"])))
+        return tuple(dict.fromkeys(m for spec in self.tests.values() for m in imported_modules(spec["source"])))
 
     def import_test_modules(self) -> None:
         for name in self.test_modules:
@@ -124,15 +124,20 @@ class Lab:
         return names
 
 
-def _imported_modules(source: str) -> tuple[str, ...]:
-    """The absolute module names a cell imports, in order (magics and shell lines left out)."""
+def imported_modules(source: str, optional: bool = True) -> tuple[str, ...]:
+    """The absolute module names a cell imports, in order (magics and shell lines left out). ``optional=False``
+    leaves out those it imports only under ``try: ... except ImportError`` (flash-attn, on a GPU)."""
     code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
     try:
         tree = ast.parse(code)
     except SyntaxError:
         return ()
+    guarded = set() if optional else {
+        id(n) for t in ast.walk(tree) if isinstance(t, ast.Try)
+        and any("ImportError" in ast.unparse(h.type or ast.Name("BaseException")) for h in t.handlers)
+        for stmt in t.body for n in ast.walk(stmt)}
     names: list[str] = []
-    for node in ast.walk(tree):
+    for node in (n for n in ast.walk(tree) if id(n) not in guarded):
         if isinstance(node, ast.Import):
             names += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:

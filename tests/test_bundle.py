@@ -25,6 +25,7 @@ import pytest
 from autograder import bundle as bundles
 from autograder import leaks
 from autograder.labs import discover
+from autograder.pipeline import imported_modules
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -46,23 +47,6 @@ def test_the_bundle_is_clean_and_holds_the_notebooks_as_released(bundle):
     assert "pip install wheels/" in (bundle.path / "README.md").read_text()
 
 
-def _imported_modules(source: str) -> set[str]:
-    """Top-level module names a cell imports (IPython magics and shell lines left out), but not those it
-    imports only under ``try: ... except ImportError`` (optional: flash-attn, on a GPU)."""
-    lines = "\n".join(l for l in source.splitlines() if not l.lstrip().startswith(("%", "!")))
-    tree = ast.parse(lines)
-    optional = {id(n) for t in ast.walk(tree) if isinstance(t, ast.Try)
-                and any("ImportError" in ast.unparse(h.type or ast.Name("BaseException")) for h in t.handlers)
-                for stmt in t.body for n in ast.walk(stmt)}
-    names = set()
-    for node in (n for n in ast.walk(tree) if id(n) not in optional):
-        if isinstance(node, ast.Import):
-            names |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module.split(".")[0])
-    return names
-
-
 def test_the_wheel_requires_what_every_lab_imports(bundle):
     """``pip install genlab-*.whl`` must bring every library a released notebook imports (peft, torchmetrics,
     diffusers, rdkit...), or a student's fresh venv cannot run Labs 2-5 (the tests' venv borrows the course's
@@ -79,7 +63,8 @@ def test_the_wheel_requires_what_every_lab_imports(bundle):
         for cell in nbformat.read(str(lab.release), as_version=4).cells:
             if cell.cell_type != "code":
                 continue
-            for module in _imported_modules(cell.source) - set(sys.stdlib_module_names) - {"genlab"}:
+            top = {name.split(".")[0] for name in imported_modules(cell.source, optional=False)}
+            for module in top - set(sys.stdlib_module_names) - {"genlab"}:
                 dists = {d.lower().replace("_", "-") for d in providers.get(module, [module])}
                 if not dists & required:
                     missing.setdefault(lab.id, set()).add(module)
