@@ -247,6 +247,13 @@ def check_reply(reply, tensors: dict[str, torch.Tensor], kind: str) -> dict:
         if type(result) is not list or len(result) > 1000 or not all(
                 type(n) is str and _WATCHED_NAME.fullmatch(n) for n in result):
             raise _malformed("the integrity check's answer is not a list of watched names")
+    elif kind == "identities":
+        if type(result) is not list or len(result) > 1000 or not all(
+                type(p) is list and len(p) == 2 and type(p[0]) is str and _WATCHED_NAME.fullmatch(p[0])
+                and (p[1] is None or type(p[1]) is int or (type(p[1]) is list and len(p[1]) <= 10000
+                                                           and all(type(i) is int for i in p[1])))
+                for p in result):
+            raise _malformed("the watched objects' identities are not a list of [name, id] pairs")
     elif kind in ("timed_loop", "timed_prepare"):
         if result is not None:
             raise _malformed("a timed loop's answer carries a result")

@@ -83,6 +83,7 @@ class Kernels:
         if ready.status != "ok":
             session.shutdown()
             raise RuntimeError(f"could not prepare the kernel: {ready.error}")
+        session.take_baseline()   # kept here, in the grader: the kernel cannot take it again
         if warm:  # importing is all it does: the setup cell still runs first among the notebook's cells
             session.run_cell(WARM.format(modules=warm), silent=True)
         return session

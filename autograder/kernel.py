@@ -61,6 +61,7 @@ class KernelSession:
         self.env = env or {}
         self.launcher = launcher or []
         self.kernel_fd: int | None = None      # the kernel's end of the channel, as numbered in the kernel
+        self.baseline: dict | None = None      # watched name -> identity, as the kernel reported it at boot
         self.km: KernelManager | None = None
         self.kc = None
         self.dead_reason = ""
@@ -224,6 +225,22 @@ class KernelSession:
     def boot_source(self) -> str:
         """The cell that installs the kernel's server on its end of the channel; it binds no global name."""
         return f"__import__('genlab.testing.server', fromlist=['install']).install({self.kernel_fd})"
+
+    def take_baseline(self) -> None:
+        """Right after the boot cell, before any student code: the watched objects' identities, kept here."""
+        reply, _ = self.request({"kind": "identities", "args": [], "kwargs": {"__dict__": {}}}, wire.Encoder())
+        if reply["ok"]:
+            self.baseline = {name: ident for name, ident in reply["result"]}
+
+    def replaced_since_boot(self) -> list[str]:
+        """The watched objects whose identity differs from :attr:`baseline`, compared in this process."""
+        if self.baseline is None:
+            return []
+        reply, _ = self.request({"kind": "identities", "args": [], "kwargs": {"__dict__": {}}}, wire.Encoder())
+        if not reply["ok"]:
+            return []
+        now = {name: ident for name, ident in reply["result"]}
+        return sorted(name for name, ident in self.baseline.items() if name not in now or now[name] != ident)
 
     def request(self, header: dict, encoder: wire.Encoder):
         """Sends one request to the kernel's server (installed by :attr:`boot_source`) and returns its checked

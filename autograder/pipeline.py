@@ -501,16 +501,18 @@ def _add_evidence(g: Grading, lines: list[str]) -> None:
 
 
 def _integrity(session: KernelSession) -> list[str]:
-    """Evidence lines for the watched objects (torch.allclose, IPython's hooks, ...) replaced so far."""
+    """Evidence lines for the watched objects (torch.allclose, IPython's hooks, ...) replaced so far: those the
+    kernel's snapshot names, and those whose identity differs from what the kernel reported at boot, compared
+    here (a notebook that has the kernel take its snapshot again hides nothing from the second)."""
     try:
         changed, _ = session.request({"kind": "integrity", "args": [], "kwargs": {"__dict__": {}}}, Encoder())
+        names = set(changed["result"]) if changed["ok"] else set()   # checked: a list of watched names
+        names |= set(session.replaced_since_boot())
     except (KernelLost, RemoteTimeout):
         return []
     except ChannelTampered as exc:
         return [_channel_evidence(str(exc))]
-    if changed["ok"] and changed["result"]:  # checked: a list of watched names (autograder.channel)
-        return [f"replaced at run time: {name}" for name in changed["result"]]
-    return []
+    return [f"replaced at run time: {name}" for name in sorted(names)]
 
 
 def _channel_evidence(what: str) -> str:

@@ -123,6 +123,9 @@ def test_no_answer_is_a_timeout_and_a_dead_kernel_is_lost(channel):
     ({"ok": True, "result": 7}, "integrity", "integrity check"),
     ({"ok": True, "result": ["torch.allclose", "\x1b[2Kfake"]}, "integrity", "integrity check"),
     ({"ok": True, "result": 1}, "timed_loop", "timed loop"),
+    ({"ok": True, "result": [["torch.allclose", "140"]]}, "identities", "identities"),
+    ({"ok": True, "result": [["torch.allclose", 1, 2]]}, "identities", "identities"),
+    ({"ok": True, "result": [["x\n[genlab grader]", 1]]}, "identities", "identities"),
     ({"ok": "yes", "result": 1}, "call", "boolean 'ok'"),
     ({"ok": True}, "call", "no 'result'"),
     ({"ok": True, "result": 1, "extra": 1}, "call", "unknown fields"),
@@ -163,6 +166,7 @@ def test_honest_answers_pass_and_error_text_is_cleaned():
     assert check_reply({"ok": True, "result": ["torch.allclose", "shell.run_cell (instance override)"]}, {},
                        "integrity")["result"] == ["torch.allclose", "shell.run_cell (instance override)"]
     assert check_reply({"ok": True, "result": None}, {}, "timed_loop")["ok"]
+    assert check_reply({"ok": True, "result": server.identities()}, {}, "identities")["ok"]
     error = check_reply({"ok": False, "error": {"type": "Value\x1bError", "message": "a\r\x1b[31mb\x07\nc" + "x" * 9000,
                                                 "traceback": "t\x9b2J"}}, {}, "call")["error"]
     assert error["type"] == "Value_Error" and error["traceback"] == "t"

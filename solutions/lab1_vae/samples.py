@@ -393,6 +393,18 @@ SAMPLES.update({
         "expect": {"full": False, "failed_tests": ["reparameterize_value", "reparameterize_gradient"]}},
 })
 
+# A reparameterize wrong in its memory alone (an unused 64x buffer: over twice the reference's peak, and cheap in
+# time), with peak_memory replaced in the kernel and the kernel's snapshot then taken again (install() once
+# more), names built at run time so that no scan reads them. The kernel's own comparison then sees nothing; the
+# grader's, against the identities the kernel reported at boot, kept in the grader's process, does.
+SAMPLES["lab1_attack_snapshot_again"] = {
+    "cells": {"reparameterize": REPARAM_HEAD + "    if eps is None:\n        eps = torch.randn_like(mu)\n"
+              "    _buffer = torch.empty(64, *mu.shape)\n    return mu + torch.exp(0.5 * logvar) * eps\n"},
+    "after": {"reparameterize": "_c = __import__('genlab.che' + 'cks', fromlist=['x'])\n"
+              "setattr(_c, 'peak_' + 'memory', lambda fn, *a, **k: 0)\n"
+              "getattr(__import__('genlab.testing.ser' + 'ver', fromlist=['x']), 'inst' + 'all')()\n"},
+    "expect": {"tampered": True, "evidence": "replaced at run time: genlab.checks.peak_memory"}}
+
 # No forging: an error message with a carriage return, terminal escapes, a bell, an 8-bit CSI, a right-to-left
 # override and lines that imitate the grader's verdicts. The tests of reparameterize earn nothing, and their
 # messages show the text cleaned and quoted, never as a grader line.
