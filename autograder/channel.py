@@ -136,7 +136,8 @@ class RequestChannel:
             chunk = self._mine.recv(min(left, 1 << 20))
             if not chunk:
                 raise ChannelLost("the kernel closed the grader's channel" +
-                                  (" in the middle of an answer" if n - left else " before it answered"))
+                                  (" in the middle of an answer" if n - left else " before it answered") +
+                                  ": something in the notebook closed or shut down a socket it did not open")
             chunks.append(chunk)
             left -= len(chunk)
         return b"".join(chunks)
