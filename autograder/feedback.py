@@ -157,11 +157,14 @@ def _summary_cell(result: Result, score=None, late=None):
     for block in (_fix_first(result), _tests_table(result)):  # HTML blocks: no blank line inside either
         if block:
             lines += [block, ""]
+    # As HTML blocks of escaped text, not markdown: a note or an evidence line can quote the student's notebook,
+    # and a backtick or a [link](...) in it must stay text.
     if result.notes:
-        lines += ["", "**Repairs made before grading:**"] + [f"- {n}" for n in result.notes]
+        lines += ["", "**Repairs made before grading:**", "",
+                  "<ul>" + "".join(f"<li>{_text(n)}</li>" for n in result.notes) + "</ul>", ""]
     if result.evidence:
-        lines += ["", "**Interference with the grader (reported to the instructor):**"] + \
-                 [f"- `{e}`" for e in result.evidence]
+        lines += ["", "**Interference with the grader (reported to the instructor):**", "",
+                  "<ul>" + "".join(f"<li><code>{_text(e)}</code></li>" for e in result.evidence) + "</ul>", ""]
     if result.notebook is None:  # nothing ran: the reason is the whole feedback
         reasons = [m for m in dict.fromkeys(o.message for o in result.outcomes if o.message)
                    if m not in result.evidence]

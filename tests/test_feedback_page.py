@@ -83,6 +83,21 @@ def test_a_page_for_a_notebook_that_never_ran_shows_the_reason_as_text():
     assert body.count("&lt;script&gt;x()&lt;/script&gt; &amp; more") == 2   # in the table and under the reasons
 
 
+def test_notes_and_evidence_quoting_the_notebook_stay_text():
+    """A repair note or an evidence line can quote the student's notebook: a markdown link or a backtick in it is
+    shown as typed, never rendered as a link or code that ends early."""
+    from nbconvert import HTMLExporter
+
+    result = _result()
+    result.notes = ["cell [click](https://example.com/x) was `repaired` <b>bold</b>"]
+    result.evidence = ["b, line 1: replaces `torch.allclose` [x](javascript:alert(1))"]
+    page = HTMLExporter().from_notebook_node(nbformat.v4.new_notebook(cells=[_summary_cell(result)]))[0]
+    body = seal_page(page, STYLESHEET).split("<body", 1)[1]
+    assert "example.com" in body and "<a " not in body.split("Repairs made before grading", 1)[1]
+    assert "[click](https://example.com/x) was `repaired` &lt;b&gt;bold&lt;/b&gt;" in body
+    assert "replaces `torch.allclose` [x](javascript:alert(1))" in body and not active_markup(body)
+
+
 @pytest.mark.slow
 def test_the_page_in_chromium(browser, graded_class, tmp_path):
     """The styled table, the summary, MathML, no `$` in the prose, no script run, and a screenshot."""
