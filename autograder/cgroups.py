@@ -1,5 +1,8 @@
-"""Per-kernel control groups: a real memory limit (the kernel is OOM-killed, and we can say so) and a cap
-on processes and threads (a fork bomb stops at ``pids.max``).
+"""Per-kernel control groups: a real memory limit (the kernel is OOM-killed, and we can say so), a cap
+on processes and threads (a fork bomb stops at ``pids.max``), and, where the machine has the controllers, the
+kernel's CPU as the operating system accounts it: a CPU share of its own (``cpu.shares`` / ``cpu.weight``), the
+CPU time of every process in it (``cpuacct.usage`` / ``cpu.stat``), and a freezer that stops all of them at once
+while the reference kernel is timed (``freezer.state`` / ``cgroup.freeze``).
 
 Used when this machine lets us create cgroups (cgroup v1 ``memory`` and ``pids`` hierarchies, or a cgroup v2
 tree with those controllers). Where it does not, the sandbox still applies ``prlimit``'s address-space cap,
@@ -56,6 +59,12 @@ def usable() -> bool:
     return _usable
 
 
+# Controllers a kernel's group joins where they are mounted: its CPU share, its CPU time and its freezer. Without
+# them the group still limits memory and processes, and timing falls back to the wall clock and /proc.
+OPTIONAL_V1 = ("cpu", "cpuacct", "freezer")
+SHARES_V1, WEIGHT_V2 = 1024, 100   # every kernel the same share: the defaults, written so that they are stated
+
+
 @dataclass
 class Cgroup:
     dirs: dict[str, Path]        # controller -> this group's folder
@@ -72,10 +81,17 @@ class Cgroup:
             (folder / "memory.max").write_text(str(memory_bytes))
             (folder / "memory.swap.max").write_text("0") if (folder / "memory.swap.max").exists() else None
             (folder / "pids.max").write_text(str(max_pids))
-            return cls({"memory": folder, "pids": folder}, memory_bytes, max_pids)
+            dirs = {"memory": folder, "pids": folder, "cpuacct": folder, "freezer": folder}
+            if (folder / "cpu.weight").exists():   # the cpu controller is enabled for children
+                (folder / "cpu.weight").write_text(str(WEIGHT_V2))
+                dirs["cpu"] = folder
+            return cls(dirs, memory_bytes, max_pids)
         dirs = {c: _v1(c) / name for c in ("memory", "pids")}
-        for folder in dirs.values():
-            folder.mkdir()
+        dirs.update({c: _v1(c) / name for c in OPTIONAL_V1 if _v1(c) is not None and os.access(_v1(c), os.W_OK)})
+        for folder in dict.fromkeys(dirs.values()):   # cpu and cpuacct can be one hierarchy, mounted together
+            folder.mkdir(exist_ok=True)
+        if "cpu" in dirs:
+            (dirs["cpu"] / "cpu.shares").write_text(str(SHARES_V1))
         (dirs["memory"] / "memory.limit_in_bytes").write_text(str(memory_bytes))
         swap = dirs["memory"] / "memory.memsw.limit_in_bytes"
         if swap.exists():
@@ -100,6 +116,36 @@ class Cgroup:
         failcnt = folder / "memory.failcnt"
         return failcnt.exists() and int(failcnt.read_text()) > 0 and not self.pids()
 
+    # -- CPU, as the operating system accounts it ------------------------------------------------------------
+    def cpu_seconds(self) -> float | None:
+        """CPU time used so far by every process that was ever in the group (user and system, all threads),
+        None where the machine has no CPU accounting for cgroups. The kernel cannot write these files."""
+        folder = self.dirs.get("cpuacct")
+        if folder is None:
+            return None
+        usage = folder / "cpuacct.usage"
+        if usage.exists():
+            return int(usage.read_text()) / 1e9
+        for line in (folder / "cpu.stat").read_text().splitlines():   # cgroup v2
+            key, _, value = line.partition(" ")
+            if key == "usage_usec":
+                return int(value) / 1e6
+        return None
+
+    def can_freeze(self) -> bool:
+        return "freezer" in self.dirs
+
+    def freeze(self, frozen: bool, wait_s: float = 2.0) -> bool:
+        """Stops (or restarts) every process in the group at once, threads and children included, and waits
+        until the kernel says it is done. False when it could not within ``wait_s``."""
+        folder = self.dirs["freezer"]
+        v1 = (folder / "freezer.state").exists()
+        path = folder / ("freezer.state" if v1 else "cgroup.freeze")
+        path.write_text(("FROZEN" if frozen else "THAWED") if v1 else ("1" if frozen else "0"))
+        if not v1:
+            return _wait(lambda: f"frozen {int(frozen)}" in (folder / "cgroup.events").read_text(), wait_s)
+        return _wait(lambda: path.read_text().strip() == ("FROZEN" if frozen else "THAWED"), wait_s)
+
     def pids(self) -> list[int]:
         procs = self.dirs["pids"] / "cgroup.procs"
         try:
@@ -108,6 +154,11 @@ class Cgroup:
             return []
 
     def kill_all(self) -> None:
+        if self.can_freeze():
+            try:
+                self.freeze(False)   # a frozen process cannot die of SIGKILL until it is thawed
+            except OSError:
+                pass
         for _ in range(20):
             pids = self.pids()
             if not pids:
@@ -130,3 +181,42 @@ class Cgroup:
                     break
                 except OSError:
                     time.sleep(0.05)
+
+
+def _wait(done, wait_s: float) -> bool:
+    deadline = time.monotonic() + wait_s
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.0005)
+    return True
+
+
+# -- without cgroups: the same CPU time from /proc --------------------------------------------------------------
+CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+def process_tree_cpu_seconds(root: int) -> float:
+    """CPU time of ``root`` and every live descendant (utime, stime, and the times of their reaped children),
+    from ``/proc/<pid>/stat``: what :meth:`Cgroup.cpu_seconds` counts, for a kernel started without a group. A
+    process that left the tree (double fork, reparented outside) is missed; clock ticks are 10 ms."""
+    parents: dict[int, list[int]] = {}
+    times: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue   # exited meanwhile
+        pid = int(entry.name)
+        # after the command's closing parenthesis: state ppid ... utime(12) stime(13) cutime(14) cstime(15)
+        parents.setdefault(int(fields[1]), []).append(pid)
+        times[pid] = sum(int(x) for x in fields[11:15])
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += times.get(pid, 0)
+        todo.extend(parents.get(pid, ()))
+    return total / CLOCK_TICKS_PER_S

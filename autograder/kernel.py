@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -112,6 +113,8 @@ class KernelSession:
         return self.km is not None and self.km.is_alive() and not self.dead_reason
 
     def shutdown(self) -> None:
+        if self.cgroup is not None and self.cgroup.can_freeze():
+            self.cgroup.freeze(False)   # a frozen kernel cannot exit, nor die of SIGKILL
         if self.kc is not None:
             self.kc.stop_channels()
         if self.km is not None:
@@ -196,6 +199,39 @@ class KernelSession:
                      f"{self.limits.output_bytes_per_cell} bytes per cell]\n"))
         run.seconds = time.monotonic() - start
         return run
+
+    # -- the kernel's CPU, read by the operating system (timing, in autograder.remote) --------------------
+    def cpu_seconds(self) -> float | None:
+        """CPU time of everything the kernel runs, threads and child processes included, as the operating
+        system accounts it: the cgroup's counter, else /proc for the kernel's process tree (10 ms ticks).
+        None when neither can be read. Student code can add to it, never take from it."""
+        if self.cgroup is not None:
+            seconds = self.cgroup.cpu_seconds()
+            if seconds is not None:
+                return seconds
+        process = getattr(getattr(self.km, "provisioner", None), "process", None)
+        return cgroups.process_tree_cpu_seconds(process.pid) if process is not None else None
+
+    def cpu_resolution_s(self) -> float:
+        """The step of :meth:`cpu_seconds`: nanoseconds in a cgroup, clock ticks in /proc."""
+        if self.cgroup is not None and "cpuacct" in self.cgroup.dirs:
+            return 1e-9
+        return 1.0 / cgroups.CLOCK_TICKS_PER_S
+
+    @contextmanager
+    def paused(self):
+        """Every process of this kernel stopped for the block (the cgroup freezer), so that none of them can
+        compete for the CPU with what is timed meanwhile: the reference kernel. A no-op without a freezer."""
+        group = self.cgroup if self.cgroup is not None and self.cgroup.can_freeze() and self.alive() else None
+        if group is None:
+            yield False
+            return
+        frozen = group.freeze(True)
+        try:
+            yield frozen
+        finally:
+            if self.cgroup is group:   # not shut down meanwhile (which thaws and removes the group)
+                group.freeze(False)
 
     def _kill(self) -> None:
         try:

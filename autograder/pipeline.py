@@ -177,6 +177,13 @@ class ReferenceKernel:
         self.session.started_at = time.monotonic()
         return self.session.request(header, encoder)
 
+    # The OS's count of the reference kernel's CPU time (see KernelSession.cpu_seconds), for the timed loops.
+    def cpu_seconds(self) -> float | None:
+        return self.session.cpu_seconds() if self._started() is not None else None
+
+    def cpu_resolution_s(self) -> float:
+        return self.session.cpu_resolution_s() if self._started() is not None else 1.0
+
     def shutdown(self):
         if self._started() is not None:
             self.session.shutdown()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from dataclasses import dataclass
 
 from autograder.sanitize import student_text
 from genlab.testing import wire
@@ -130,51 +131,100 @@ class RemoteFunction:
         clear_below = kwargs.pop("clear_below", None)
         name = getattr(reference, "__name__", self.__name__)
 
-        def timed(session, target, n):
+        def timed(session, target, n) -> Lap:
             # First, untimed: the kernel makes n calls' inputs, each its own copy (genlab.testing.server._copies),
-            # so a cache keyed on the inputs cannot make calls 2..n free. Then the loop, timed from here.
+            # so a cache keyed on the inputs cannot make calls 2..n free. Then the loop, timed from here: by this
+            # process's clock, and by the CPU time the operating system counts for the kernel's processes.
             # The copies' values differ by a fraction of a percent, from call to call and (offset) loop to loop.
             prepare = _loop_request("timed_prepare", target, n, args, kwargs)
             prepare[0]["offset"] = _OFFSETS.random()
             for header, encoder in (prepare, _loop_request("timed_loop", target, n, (), {})):
+                cpu_before = session.cpu_seconds()
                 start = time.perf_counter()
                 reply, _ = session.request(header, encoder)
                 elapsed = time.perf_counter() - start
+                cpu_after = session.cpu_seconds()
                 if not reply["ok"]:
                     err = reply["error"]
                     raise student_error(err["type"], err["message"], err["traceback"])
-            return elapsed
+            cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+            cpu = cpu if cpu is None or cpu >= 0 else None   # a kernel started again meanwhile: another count
+            return Lap(elapsed, cpu, session.cpu_resolution_s())
 
-        reference_loop = lambda n: timed(self._reference_session, name, n)  # noqa: E731
+        def reference_lap(n) -> Lap:
+            # The student's kernel is frozen meanwhile: none of its threads or processes can take the CPU
+            # from the reference (and so make the student look faster); a burner only ever slows the student.
+            with self._session.paused():
+                return timed(self._reference_session, name, n)
+
+        reference_loop = lambda n: reference_lap(n).wall_s  # noqa: E731
         max_n = max_timed_calls(args, kwargs)
         overhead = request_overhead(reference_loop)
         n = calibrate(reference_loop, min_loop_s, max_n=max_n, overhead=overhead)
         budget = getattr(getattr(self._session, "limits", None), "test_timeout_s", 60.0) / 4
-        student_loop = lambda k: timed(self._session, self.__name__, k)  # noqa: E731
+        student_lap = lambda k: timed(self._session, self.__name__, k)  # noqa: E731
+        student_loop = lambda k: student_lap(k).wall_s  # noqa: E731
         for attempt in range(2):
             slow = clearly_slow(student_loop, reference_loop, max(1, n // 10), budget)
             if slow is not None:
                 self._recorder.calls.append(Call("time_ratio", self.__name__, (), {}, slow))
                 return slow
-            student_times, reference_times = [], []
+            student_laps, reference_laps = [], []
             for _ in range(rounds):
-                student_times.append(student_loop(n))
-                reference_times.append(reference_loop(n))
-                if clearly_below(student_times, reference_times, clear_below):
+                student_laps.append(student_lap(n))
+                reference_laps.append(reference_lap(n))
+                if all(clearly_below(s_times, r_times, clear_below)
+                       for s_times, r_times in lap_columns(student_laps, reference_laps)):
                     break
             # Each side's fastest round: noise (another kernel booting, another worker's tests) only ever adds
             # time, and a burst that slows the reference's short rounds would pull a median ratio towards 1, so
             # that a Python loop 50x slower was once measured under 5x on a loaded machine.
-            s, r = min(student_times), min(reference_times)
+            s, r = min(lap.wall_s for lap in student_laps), min(lap.wall_s for lap in reference_laps)
             longer = reaimed(n, r, overhead, min_loop_s, max_n)
             if attempt or longer is None:
                 break
             n = longer  # the loops timed mostly the request: look again, and time longer ones
         result = TimingResult(ratio=s / r, student_median_s=s / n, reference_median_s=r / n,
-                              rounds=len(student_times))
+                              rounds=len(student_laps))
+        cpu = cpu_ratio(student_laps, reference_laps)
+        if cpu is not None:
+            # Wall clock and CPU time each miss something: load on the machine (another worker, a process
+            # the student left running) lengthens the reference's wall clock but hardly its CPU time, and
+            # time spent waiting (sleep, I/O, a GPU) is in the wall clock only. The larger ratio counts.
+            result.wall_ratio, result.cpu_ratio = result.ratio, cpu
+            result.ratio = max(result.ratio, cpu)
         self._recorder.calls.append(Call("time_ratio", self.__name__, (), {}, result))
         return result
 
+
+@dataclass
+class Lap:
+    """One timed loop: seconds by the grader's clock, and CPU seconds the OS counted for the kernel (or None)."""
+    wall_s: float
+    cpu_s: float | None
+    cpu_resolution_s: float = 1e-9
+
+
+def lap_columns(student: list[Lap], reference: list[Lap]) -> list[tuple[list[float], list[float]]]:
+    """(student, reference) times per clock: the wall clock, and CPU time where both kernels have it."""
+    columns = [([lap.wall_s for lap in student], [lap.wall_s for lap in reference])]
+    if all(lap.cpu_s is not None for lap in student + reference):
+        columns.append(([lap.cpu_s for lap in student], [lap.cpu_s for lap in reference]))
+    return columns
+
+
+# CPU time counts only when the reference's best loop lasts this many steps of the OS's counter (nanoseconds in
+# a cgroup; 10 ms clock ticks in /proc, where loops of tens of milliseconds are too short to count).
+MIN_CPU_STEPS = 100
+
+
+def cpu_ratio(student: list[Lap], reference: list[Lap]) -> float | None:
+    """The ratio of each side's least CPU time over its loops, or None where it cannot be read finely enough."""
+    columns = lap_columns(student, reference)
+    resolution = max(lap.cpu_resolution_s for lap in student + reference)
+    if len(columns) < 2 or min(columns[1][1]) < MIN_CPU_STEPS * resolution:
+        return None
+    return min(columns[1][0]) / min(columns[1][1])
 
 def _loop_request(kind: str, target: str, n: int, args, kwargs) -> tuple[dict, wire.Encoder]:
     encoder = wire.Encoder()

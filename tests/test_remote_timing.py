@@ -1,7 +1,22 @@
 """How the grader sizes its timing loops (autograder.remote.calibrate, first_look), on simulated clocks."""
 from __future__ import annotations
 
+import contextlib
+
 from autograder.remote import calibrate, first_look
+
+
+class _WallClockOnly:
+    """What a simulated kernel offers besides requests: no CPU accounting, nothing to pause."""
+
+    def cpu_seconds(self):
+        return None
+
+    def cpu_resolution_s(self):
+        return 1e-9
+
+    def paused(self):
+        return contextlib.nullcontext(False)
 
 
 def _loop(overhead: float, per_call: float, log: list):
@@ -42,7 +57,7 @@ def test_a_slow_function_stays_slow_when_the_machine_slows_most_of_the_reference
     monkeypatch.setattr(remote.time, "perf_counter", lambda: clock[0])
     bursts = []  # the reference's requests after the student's first one: look, then rounds 1-5
 
-    class Session:
+    class Session(_WallClockOnly):
         def __init__(self, per_call, student):
             self.per_call, self.student = per_call, student
 
@@ -64,7 +79,7 @@ def test_a_slow_function_stays_slow_when_the_machine_slows_most_of_the_reference
     assert "best of 5 interleaved rounds" in str(result)
 
 
-class _Kernel:
+class _Kernel(_WallClockOnly):
     """A kernel's timed loops on a simulated clock: each request costs ``overhead`` plus ``n`` calls, and the
     calls of the requests listed in ``bursts`` (by their number, from 0) take ``burst_s`` more."""
 
@@ -114,3 +129,72 @@ def test_a_reference_timed_against_itself_with_bursts_on_either_side_stays_near_
         result = _ratio(monkeypatch, _Kernel(clock, 40e-6, bursts=student_bursts, burst_s=0.3),
                         _Kernel(clock, 40e-6, bursts=reference_bursts, burst_s=0.3))
         assert result.ratio < 2.0, (student_bursts, reference_bursts, str(result))
+
+
+
+class _AccountedKernel(_Kernel):
+    """A kernel whose CPU time the OS counts: its calls' work, never the time it waited for the CPU. ``load``
+    multiplies the wall clock of its loops (other processes had the CPU)."""
+
+    def __init__(self, clock, per_call, load=1.0):
+        super().__init__(clock, per_call)
+        self.cpu, self.load, self.paused_count, self.frozen = 0.0, load, 0, False
+
+    def request(self, header, encoder):
+        assert not self.frozen, "a request reached a frozen kernel"
+        if header["kind"] == "timed_loop":
+            work = self.overhead + header["n"] * self.per_call
+            self.cpu += work
+            self.clock[0] += work * self.load
+        return {"ok": True}, None
+
+    def cpu_seconds(self):
+        return self.cpu
+
+    @contextlib.contextmanager
+    def paused(self):
+        self.frozen = True
+        self.paused_count += 1
+        try:
+            yield True
+        finally:
+            self.frozen = False
+
+
+def test_load_on_the_reference_lengthens_its_wall_clock_not_the_cpu_time_that_decides(monkeypatch):
+    """A function 8x the reference's time, while processes outside the student's kernel (another worker's, or
+    the student's own where no freezer stops them) burn the CPU whenever the reference is timed: by the wall
+    clock the reference takes 3x longer and the student looks 2.7x, under the 5x bound. The OS's count of the
+    reference kernel's CPU time is not lengthened by waiting for the CPU, and the larger ratio counts."""
+    clock = [0.0]
+    result = _ratio(monkeypatch, _AccountedKernel(clock, 8 * 40e-6), _AccountedKernel(clock, 40e-6, load=3.0))
+    assert result.cpu_ratio > 6 and result.ratio == max(result.cpu_ratio, result.wall_ratio), str(result)
+    assert result.wall_ratio < 5, str(result)   # what the wall clock alone said
+    assert "CPU time" in str(result) and "the larger counts" in str(result)
+
+
+def test_the_students_kernel_is_paused_while_each_reference_loop_runs(monkeypatch):
+    """A process the student left burning cannot compete with the reference: the student's kernel is frozen for
+    every one of the reference's requests, and never for its own (a frozen kernel cannot answer)."""
+    clock = [0.0]
+    student = _AccountedKernel(clock, 40e-6)
+    reference_requests = []
+
+    class Reference(_AccountedKernel):
+        def request(self, header, encoder):
+            reference_requests.append(student.frozen)
+            return super().request(header, encoder)
+
+    result = _ratio(monkeypatch, student, Reference(clock, 40e-6))
+    assert reference_requests and all(reference_requests), reference_requests
+    assert student.paused_count >= result.rounds
+    assert 0.8 < result.ratio < 1.25, str(result)
+
+
+def test_a_reference_timed_against_itself_under_load_on_either_side_stays_near_one_in_cpu_time(monkeypatch):
+    for student_load, reference_load in ((3.0, 1.0), (1.0, 3.0)):
+        clock = [0.0]
+        result = _ratio(monkeypatch, _AccountedKernel(clock, 40e-6, load=student_load),
+                        _AccountedKernel(clock, 40e-6, load=reference_load))
+        assert 0.9 < result.cpu_ratio < 1.1, str(result)
+        assert result.ratio < 3.5, str(result)

@@ -428,6 +428,7 @@ SAMPLES["lab1_attack_timing_cache"] = {"cells": {"reparameterize": "_seen = {}\n
     "    key = (id(mu), id(logvar), id(eps))\n    if key in _seen:\n        return _seen[key][0]\n" + _LOOP +
     "    _seen[key] = (z, mu, logvar, eps)\n    return z\n"},
     "expect": {"full": False, "failed_tests": ["reparameterize_performance"],
+               "message": {"reparameterize_performance": "too slow"},
                "status": {"reparameterize_value": "passed", "reparameterize_gradient": "passed"}}}
 # The same loop, cached on the inputs' values (a few sums, far cheaper than the loop): copies with equal values,
 # or the same copies in every loop, would hit it, so each copy is scaled by its own factor within 1 - 2**-7.
@@ -438,6 +439,7 @@ SAMPLES["lab1_attack_timing_value_cache"] = {"cells": {"reparameterize": "_seen 
     "    if key is not None and key in _seen:\n        return _seen[key]\n" + _LOOP +
     "    if key is not None:\n        _seen[key] = z\n    return z\n"},
     "expect": {"full": False, "failed_tests": ["reparameterize_performance"],
+               "message": {"reparameterize_performance": "too slow"},
                "status": {"reparameterize_value": "passed", "reparameterize_gradient": "passed"}}}
 # Cuts the graph (the encoder of the lab's VAE learns nothing), except when a caller's frame is genlab's grad_of:
 # the kernel's server once called the function from inside grad_of for a gradient request. Plain and gradient
@@ -452,3 +454,48 @@ SAMPLES["lab1_attack_grad_frame"] = {"cells": {"reparameterize": "import inspect
     "    return z.detach()\n"},
     "expect": {"full": False, "failed_tests": ["reparameterize_gradient"],
                "status": {"reparameterize_value": "passed", "reparameterize_shape": "passed"}}}
+# A reparameterize about 8x the reference's time (its std computed 18 more times, in place, untracked: the values,
+# the gradient and the memory are right),
+# and three processes the notebook forks that burn the CPU whenever the kernel's server is not serving a request:
+# that is, while the grader times the reference kernel. By the wall clock alone, on 2 cores, the reference then
+# took about twice as long and the 8x function passed the 5x bound. The student's kernel is now frozen (cgroup
+# freezer) while the reference is timed, and its CPU time counts the burners' work whenever they do run.
+SAMPLES["lab1_attack_cpu_burner"] = {
+    "cells": {"reparameterize": REPARAM_HEAD + "    if eps is None:\n        eps = torch.randn_like(mu)\n"
+              "    with torch.no_grad():   # the std again, 18 times, in place: slower, barely more memory\n"
+              "        again = torch.empty_like(logvar)\n"
+              "        for _ in range(18):\n"
+              "            again.copy_(logvar).mul_(0.5).exp_()\n"
+              "    return mu + torch.exp(0.5 * logvar) * eps\n"},
+    "after": {"reparameterize": (
+        "import mmap, os, sys, threading, time\n"
+        "_burn = mmap.mmap(-1, 1)   # shared with the forked burners\n\n"
+        "def _serving():\n"
+        "    frames = sys._current_frames()\n"
+        "    for thread in threading.enumerate():\n"
+        "        f = frames.get(thread.ident) if thread.name == 'genlab-server' else None\n"
+        "        while f is not None:\n"
+        "            if f.f_code.co_name == '_run':\n"
+        "                return True\n"
+        "            f = f.f_back\n"
+        "    return False\n\n"
+        "def _watch():\n"
+        "    while True:\n"
+        "        _burn[0] = 0 if _serving() else 1\n"
+        "        time.sleep(0.0002)\n\n"
+        "for _ in range(3):\n"
+        "    if os.fork() == 0:\n"
+        "        try:\n"
+        "            while True:\n"
+        "                if _burn[0]:\n"
+        "                    until = time.perf_counter() + 0.002\n"
+        "                    while time.perf_counter() < until:\n"
+        "                        pass\n"
+        "                else:\n"
+        "                    time.sleep(0.0002)\n"
+        "        finally:\n"
+        "            os._exit(0)\n"
+        "threading.Thread(target=_watch, daemon=True).start()\n")},
+    "expect": {"full": False, "failed_tests": ["reparameterize_performance"],
+               "message": {"reparameterize_performance": "too slow"},
+               "status": {"reparameterize_value": "passed", "reparameterize_gradient": "passed"}}}

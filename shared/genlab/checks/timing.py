@@ -39,17 +39,27 @@ class TimingResult:
     """How long the student's function took relative to the reference."""
 
     ratio: float  # student time / reference time per call, each side's best round; > 1 means slower
-    student_median_s: float    # seconds per call in the student's best round
-    reference_median_s: float  # seconds per call in the reference's best round
+    student_median_s: float    # seconds per call in the student's best round (wall clock)
+    reference_median_s: float  # seconds per call in the reference's best round (wall clock)
     rounds: int
+    # Where the grader times two kernels it also reads their CPU time from the operating system; then
+    # ``ratio`` is the larger of the two ratios (see autograder.remote). None: wall clock only.
+    wall_ratio: Optional[float] = None
+    cpu_ratio: Optional[float] = None
 
     def __str__(self) -> str:
+        how = ""
+        if self.cpu_ratio is not None and self.wall_ratio is not None:
+            how = (f"; CPU time {self.cpu_ratio:.2f}x, wall clock {self.wall_ratio:.2f}x, "
+                   "the larger counts")
         return (f"{self.ratio:.2f}x the reference time ({_seconds(self.student_median_s)} vs "
-                f"{_seconds(self.reference_median_s)}, best of {self.rounds} interleaved rounds)")
+                f"{_seconds(self.reference_median_s)}, best of {self.rounds} interleaved rounds{how})")
 
     def swapped(self) -> "TimingResult":
         """The same measurement seen from the other side (reference vs student)."""
-        return TimingResult(1.0 / self.ratio, self.reference_median_s, self.student_median_s, self.rounds)
+        inverse = lambda r: None if r is None else 1.0 / r  # noqa: E731
+        return TimingResult(1.0 / self.ratio, self.reference_median_s, self.student_median_s, self.rounds,
+                            inverse(self.wall_ratio), inverse(self.cpu_ratio))
 
 
 def clearly_below(student_times: list[float], reference_times: list[float], clear_below: float | None) -> bool:
