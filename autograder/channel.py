@@ -255,9 +255,9 @@ def check_reply(reply, tensors: dict[str, torch.Tensor], kind: str) -> dict:
                                                            and all(type(i) is int for i in p[1])))
                 for p in result):
             raise _malformed("the watched objects' identities are not a list of [name, id] pairs")
-    elif kind in ("timed_loop", "timed_prepare"):
+    elif kind in ("timed_loop", "timed_prepare", "stage"):
         if result is not None:
-            raise _malformed("a timed loop's answer carries a result")
+            raise _malformed(f"the answer to a {kind} request carries a result")
     else:
         check_tree(result, tensors)
     return {"ok": True, "result": result, "modes": modes}

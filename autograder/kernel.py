@@ -49,6 +49,11 @@ class CellRun:
     truncated_bytes: int = 0
 
 
+@dataclass
+class MemoryWatch:
+    peak_bytes: int | None = None   # set when the watched block ends
+
+
 class KernelSession:
     """One kernel in ``workdir``; ``launcher`` prefixes the kernel command (a sandbox, see sandbox.py)."""
 
@@ -217,6 +222,25 @@ class KernelSession:
         if self.cgroup is not None and "cpuacct" in self.cgroup.dirs:
             return 1e-9
         return 1.0 / cgroups.CLOCK_TICKS_PER_S
+
+    @contextmanager
+    def memory_watch(self):
+        """The most memory the kernel's processes held at once during the block, beyond what they held when
+        it began, as the OS charged it to the kernel's cgroup (v1: ``memory.max_usage_in_bytes``, reset to the
+        current use). Yields a :class:`MemoryWatch` whose ``peak_bytes`` is set when the block ends; None where
+        the machine has no such counter to reset (cgroup v2 before Linux 6.12, or no cgroup)."""
+        folder = self.cgroup.dirs.get("memory") if self.cgroup is not None else None
+        peak_file = folder / "memory.max_usage_in_bytes" if folder is not None else None
+        if peak_file is None or not peak_file.exists():
+            yield None
+            return
+        watch = MemoryWatch()
+        before = int((folder / "memory.usage_in_bytes").read_text())
+        peak_file.write_text("0")   # v1: the high-water mark starts again from the current use
+        try:
+            yield watch
+        finally:
+            watch.peak_bytes = max(0, int(peak_file.read_text()) - before)
 
     @contextmanager
     def paused(self):

@@ -61,6 +61,7 @@ SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # Of /etc only what the dynamic loader, time zones and fonts read: no passwd, no hosts, no configuration.
 ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives", "fonts", "mime.types")
 # The environment a kernel gets, and nothing else (see kernel_environment).
+MMAP_THRESHOLD_BYTES = 4 * 2**20
 THREADS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 PASSED_ON = ("LANG", "LC_ALL", "TZ",                                     # the grader's locale and zone
              "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",  # GPU graders
@@ -139,6 +140,11 @@ def kernel_environment(workdir: Path, extra: dict | None = None) -> dict[str, st
            # One thread per kernel: graders run several kernels on few cores, and oversubscribed OpenMP pools
            # make timings swing by 10x. Student and reference kernels get the same, so timing ratios stay fair.
            **{name: "1" for name in THREADS},
+           # A fixed mmap threshold: every allocation of 4 MiB or more is a mapping of its own, charged to the
+           # kernel's cgroup when touched and returned when freed, so the OS sees it on every call (glibc's
+           # default threshold rises to the largest block freed, up to 32 MiB, after which equal blocks come
+           # from a heap it keeps: invisible). The grader's memory check rests on that (autograder.remote).
+           "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD_BYTES),
            **{name: os.environ[name] for name in PASSED_ON if name in os.environ},
            **(extra or {}),
            "MPLBACKEND": "Agg", "PYDEVD_DISABLE_FILE_VALIDATION": "1", "PYTHONNOUSERSITE": "1"}

@@ -303,3 +303,26 @@ SAMPLES["lab4_bug_dtype_none_as_float32"] = {"expect": {"failed_tests": ["lora_i
     "    bound = 1.0 / math.sqrt(in_features)\n"
     "    A = torch.empty(r, in_features, dtype=dtype, device=device).uniform_(-bound, bound, generator=generator)\n"
     "    return A, torch.zeros(out_features, r, dtype=dtype, device=device)\n"}}
+
+# -- memory, verified by the operating system (issue 22) ------------------------------------------------------
+# The forward pass through the merged weight, W + s B A, formed on every call: right values, and a [out, in]
+# temporary the size of the frozen weight (16 MiB in the test), which lora_forward_memory exists to catch.
+_MERGED = "    return F.linear(x, weight + scaling * (B @ A), bias)\n"
+SAMPLES["lab4_merged_weight_every_call"] = {
+    "cells": {"lora_forward": FORWARD_HEAD + "    if dropout_p > 0 and training:\n"
+              "        return F.linear(x, weight, bias) + scaling * F.linear(F.linear(F.dropout(x, dropout_p), A), B)\n"
+              + _MERGED},
+    "expect": {"failed_tests": ["lora_forward_memory"],
+               "message": {"lora_forward_memory": "allocates"}}}
+# The same, with the kernel's dispatch modes turned off around it: genlab's count in the kernel (a
+# TorchDispatchMode) sees nothing. The pages are charged to the kernel's cgroup all the same, and the grader
+# takes the OS's figure when it exceeds the kernel's count by more than the slack.
+SAMPLES["lab4_attack_memory_blind"] = {
+    "cells": {"lora_forward": "from torch.utils import _python_dispatch as _pd\n\n" + FORWARD_HEAD +
+              "    if dropout_p > 0 and training:\n"
+              "        return F.linear(x, weight, bias) + scaling * F.linear(F.linear(F.dropout(x, dropout_p), A), B)\n"
+              "    with _pd._disable_current_modes():\n"
+              "        out = F.linear(x, weight + scaling * (B @ A), bias)\n"
+              "    return out.clone()   # one allocation the count sees, the size of the output\n"},
+    "expect": {"failed_tests": ["lora_forward_memory"],
+               "message": {"lora_forward_memory": "allocates"}}}

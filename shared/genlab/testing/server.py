@@ -278,6 +278,13 @@ def _run(header: dict, args, kwargs):
     if kind == "timed_prepare":  # untimed: the grader's clock starts with the timed_loop request after it
         _prepared[:] = _copies(args, kwargs, int(header["n"]), float(header.get("offset", 0.0)))
         return None
+    if kind == "stage":  # the next measurement's inputs, decoded now, so that the OS's count of its memory
+        _staged[:] = [(args, kwargs)]   # covers the call alone (autograder.remote.measured_peak)
+        return None
+    if header.get("staged"):
+        if not _staged:
+            raise RuntimeError("the measurement's inputs were not staged")
+        args, kwargs = _staged.pop()
     fn = _target(header)
     if kind == "exists":
         return type(fn).__name__
@@ -328,6 +335,8 @@ def _calls(kind: str, header: dict, args, kwargs):
 
 # The inputs of the next timed loop, one (args, kwargs) per call (see _copies).
 _prepared: list = []
+# The inputs of the next measurement (memory, FLOPs), as one (args, kwargs).
+_staged: list = []
 
 # Timed float32 and float64 inputs are scaled per call by a factor in [1 - _PERTURB_SPAN, 1]; coarser dtypes
 # (float16, bfloat16) are only copied: within their precision so small a change would leave most values equal.

@@ -1,9 +1,11 @@
-"""Issue 22: a kernel's CPU is read, shared and paused from outside it, by the operating system.
+"""Issue 22: a kernel's CPU and memory are read, shared and paused from outside it, by the operating system.
 
 The timing verdicts (autograder.remote) use three things a notebook cannot reach: the CPU time the OS counts
 for every process of the student's kernel (its cgroup's counter), a CPU share of its own, and the freezer that
-stops all of the kernel's processes while the reference kernel is timed. These tests start real sandboxed
-kernels and check each from the grader's side; the simulated races are in tests/test_remote_timing.py.
+stops all of the kernel's processes while the reference kernel is timed. The memory checks compare genlab's
+count, taken in the kernel, with the memory the OS charged to the kernel's cgroup during the call. These tests
+start real sandboxed kernels and check each from the grader's side; the simulated races are in
+tests/test_remote_timing.py.
 """
 from __future__ import annotations
 
@@ -17,6 +19,9 @@ import pytest
 from autograder import cgroups, sandbox
 from autograder.kernel import KernelSession
 from autograder.limits import Limits
+from autograder.remote import OS_SLACK_BYTES, RemoteFunction, verified_peak
+from genlab.checks import peak_memory
+from genlab.testing.calls import Recorder
 
 pytestmark = [
     pytest.mark.skipif(bool(sandbox.probe()), reason=f"no sandbox here: {sandbox.probe()}"),
@@ -39,6 +44,7 @@ def kernel():
     session = KernelSession(work, Limits(cell_timeout_s=30, interrupt_grace_s=2),
                             launcher=sandbox.launcher(config, work), cgroup_limits=(3 * 2**30, 64))
     session.start()
+    assert session.run_cell(session.boot_source, silent=True).status == "ok"
     yield session
     session.shutdown()
     shutil.rmtree(scratch, ignore_errors=True)
@@ -88,3 +94,44 @@ def test_a_kernel_that_is_shut_down_while_paused_is_gone_with_its_group(kernel):
     with kernel.paused():
         kernel.shutdown()
     assert not any(folder.exists() for folder in group.dirs.values()), group.dirs
+
+
+# -- memory ---------------------------------------------------------------------------------------------------
+MiB = 2**20
+ALLOCATORS = """
+import torch
+from torch.utils import _python_dispatch as _pd
+
+def visible(x):                      # two 32 MiB temporaries at once, which genlab's count sees
+    return (x.repeat(8, 1) * 2).sum(0)
+
+def blinded(x):                      # the same, with the kernel's dispatch modes off: the count sees nothing
+    with _pd._disable_current_modes():
+        y = (x.repeat(8, 1) * 2).sum(0)
+    return y.clone()
+
+def small(x):
+    return x * 2
+"""
+
+
+def test_the_grader_takes_the_oss_figure_only_when_it_exceeds_the_kernels_count_beyond_the_slack():
+    assert verified_peak(1000, 1000 + OS_SLACK_BYTES) == 1000             # noise within the slack: the count
+    assert verified_peak(64 * MiB, 70 * MiB) == 64 * MiB                  # an eighth of the count is slack too
+    assert verified_peak(0, 32 * MiB) == 32 * MiB                          # a blinded count: the OS's figure
+    assert verified_peak(-1, 32 * MiB) == -1 and verified_peak("x", 1) == "x"   # not bytes: the test fails on it
+
+
+def test_a_kernel_blinding_genlabs_count_is_measured_by_what_the_os_charged(kernel):
+    run = kernel.run_cell(ALLOCATORS + "x = torch.randn(1024, 1024)")   # x: 4 MiB, so 8 copies are 32 MiB
+    assert run.status == "ok", run.error
+    import torch
+
+    x = torch.randn(1024, 1024)
+    peaks = {name: peak_memory(RemoteFunction(kernel, name, Recorder()), x) for name in ("visible", "blinded", "small")}
+    assert 64 * MiB <= peaks["visible"] < 72 * MiB, peaks                 # genlab's count, confirmed by the OS
+    assert peaks["blinded"] >= 60 * MiB, peaks                            # what the count missed, the OS saw
+    assert peaks["small"] <= 5 * MiB, peaks                               # the output, 4 MiB
+    with kernel.memory_watch() as watch:
+        kernel.run_cell("big = torch.ones(64, 1024, 1024)")   # 256 MiB, kept
+    assert watch is not None and watch.peak_bytes >= 256 * MiB, watch
