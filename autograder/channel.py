@@ -222,6 +222,15 @@ def _error_type(value) -> str:
     return name if name and not name[0].isdigit() else "Exception"
 
 
+def _identities(value) -> bool:
+    """A list of [watched name, identity] pairs, an identity being None, an id, or a list of ids."""
+    return type(value) is list and len(value) <= 1000 and all(
+        type(p) is list and len(p) == 2 and type(p[0]) is str and _WATCHED_NAME.fullmatch(p[0])
+        and (p[1] is None or type(p[1]) is int or (type(p[1]) is list and len(p[1]) <= 10000
+                                                   and all(type(i) is int for i in p[1])))
+        for p in value)
+
+
 def check_reply(reply, tensors: dict[str, torch.Tensor], kind: str) -> dict:
     """The answer to a request of ``kind``, checked field by field; returns it with the kernel's text
     cleaned (control characters dropped, lengths capped: :func:`autograder.sanitize.student_text`).
@@ -238,8 +247,10 @@ def check_reply(reply, tensors: dict[str, torch.Tensor], kind: str) -> dict:
         return {"ok": False, "error": {"type": _error_type(error.get("type", "Exception")),
                                        "message": student_text(error.get("message", ""), 4000),
                                        "traceback": student_text(error.get("traceback", ""), 6000)}}
-    if not set(reply) <= {"ok", "result", "modes"} or "result" not in reply:
+    if not set(reply) <= {"ok", "result", "modes", "identities"} or "result" not in reply:
         raise _malformed("an answer with unknown fields or no 'result'")
+    if "identities" in reply and not _identities(reply["identities"]):
+        raise _malformed("the watched objects' identities after the measurement are not a list of [name, id] pairs")
     result, modes = reply["result"], reply.get("modes", [])
     if type(modes) is not list or not all(type(m) is dict and all(type(v) is bool for v in m.values())
                                           for m in modes):
@@ -249,15 +260,14 @@ def check_reply(reply, tensors: dict[str, torch.Tensor], kind: str) -> dict:
                 type(n) is str and _WATCHED_NAME.fullmatch(n) for n in result):
             raise _malformed("the integrity check's answer is not a list of watched names")
     elif kind == "identities":
-        if type(result) is not list or len(result) > 1000 or not all(
-                type(p) is list and len(p) == 2 and type(p[0]) is str and _WATCHED_NAME.fullmatch(p[0])
-                and (p[1] is None or type(p[1]) is int or (type(p[1]) is list and len(p[1]) <= 10000
-                                                           and all(type(i) is int for i in p[1])))
-                for p in result):
+        if not _identities(result):
             raise _malformed("the watched objects' identities are not a list of [name, id] pairs")
     elif kind in ("timed_loop", "timed_prepare", "stage"):
         if result is not None:
             raise _malformed(f"the answer to a {kind} request carries a result")
     else:
         check_tree(result, tensors)
-    return {"ok": True, "result": result, "modes": modes}
+    checked = {"ok": True, "result": result, "modes": modes}
+    if "identities" in reply:
+        checked["identities"] = reply["identities"]
+    return checked

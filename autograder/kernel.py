@@ -297,10 +297,22 @@ class KernelSession:
         if self.baseline is None:
             return []
         reply, _ = self.request({"kind": "identities", "args": [], "kwargs": {"__dict__": {}}}, wire.Encoder())
-        if not reply["ok"]:
+        return self.replaced_in(reply["result"]) if reply["ok"] else []
+
+    def replaced_in(self, identities: list) -> list[str]:
+        """The watched objects whose identity in ``identities`` (as the kernel reports them: checked pairs)
+        differs from :attr:`baseline`."""
+        if self.baseline is None:
             return []
-        now = {name: ident for name, ident in reply["result"]}
+        now = {name: ident for name, ident in identities}
         return sorted(name for name, ident in self.baseline.items() if name not in now or now[name] != ident)
+
+    def check_measured(self, reply: dict) -> None:
+        """Raises ChannelTampered when a measurement's answer shows a watched object replaced while it ran
+        (the kernel reports their identities right after the call; see genlab.testing.server.MEASURED)."""
+        replaced = self.replaced_in(reply["identities"]) if reply.get("ok") and "identities" in reply else []
+        if replaced:
+            raise self.note_tampering("replaced while a measurement ran: " + ", ".join(replaced))
 
     def request(self, header: dict, encoder: wire.Encoder):
         """Sends one request to the kernel's server (installed by :attr:`boot_source`) and returns its checked

@@ -79,6 +79,7 @@ def _request(session, recorder: Recorder, kind: str, name: str, args, kwargs, ta
     else:
         header, encoder = _header(kind, target, args, kwargs, **extra)
         reply, tensors = session.request(header, encoder)
+    _check_measured(session, reply)
     recorder.calls.append(call)
     if reply["ok"] and kind == "call":  # a module the function switched to eval() is switched here too
         sent = wire.call_modules(header, args, kwargs)
@@ -180,6 +181,7 @@ class RemoteFunction:
                 reply, _ = session.request(header, encoder)
                 elapsed = time.perf_counter() - start
                 cpu_after = session.cpu_seconds()
+                _check_measured(session, reply)
                 if not reply["ok"]:
                     err = reply["error"]
                     raise student_error(err["type"], err["message"], err["traceback"])
@@ -261,6 +263,12 @@ def cpu_ratio(student: list[Lap], reference: list[Lap]) -> float | None:
     if len(columns) < 2 or min(columns[1][1]) < MIN_CPU_STEPS * resolution:
         return None
     return min(columns[1][0]) / min(columns[1][1])
+
+def _check_measured(session, reply: dict) -> None:
+    check = getattr(session, "check_measured", None)   # a kernel with a baseline (KernelSession)
+    if check is not None:
+        check(reply)
+
 
 def _loop_request(kind: str, target: str, n: int, args, kwargs) -> tuple[dict, wire.Encoder]:
     encoder = wire.Encoder()

@@ -133,6 +133,48 @@ def test_replacing_how_the_server_makes_calls_is_tampering():
     assert server.integrity() == []
 
 
+def test_a_code_swapped_in_place_is_tampering_though_the_function_keeps_its_id():
+    from genlab.checks import memory
+
+    server.install()
+    count = memory._StorageTracker._count
+    real = count.__code__
+    try:
+        count.__code__ = (lambda self, storage: None).__code__
+        assert "genlab.checks.memory._StorageTracker._count" in server.integrity()
+    finally:
+        count.__code__ = real
+    assert server.integrity() == []
+
+
+def test_a_measured_calls_answer_carries_the_watched_objects_identities_taken_right_after_the_call():
+    import genlab.checks as checks
+    from genlab.testing import wire
+
+    server.install()
+    real = checks.peak_memory
+    seen = {}
+
+    def fn(x):   # what a notebook's thread could do while the request runs
+        checks.peak_memory = lambda *a, **k: 0
+        return x * 2
+
+    handle = server._keep(fn)
+    encoder = wire.Encoder()
+    header = {"kind": "peak_memory", "handle": handle, "args": encoder.encode((torch.ones(4),)),
+              "kwargs": encoder.encode({})}
+    try:
+        reply, _ = server.answer(header, encoder.tensors)
+        seen = dict((name, ident) for name, ident in reply["identities"])
+    finally:
+        checks.peak_memory = real
+    assert reply["ok"], reply
+    assert seen["genlab.checks.peak_memory"] != list(server._identity(real))   # the fake, not the real one
+    plain = {"kind": "call", "handle": handle, "args": header["args"], "kwargs": header["kwargs"]}
+    assert "identities" not in server.answer(plain, encoder.tensors)[0]   # a plain call carries none
+    checks.peak_memory = real
+
+
 def test_the_loop_length_is_capped_by_the_memory_its_copies_take():
     from autograder.remote import PREPARED_BYTES, calibrate, max_timed_calls
 

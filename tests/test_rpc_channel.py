@@ -127,6 +127,8 @@ def test_no_answer_is_a_timeout_and_a_dead_kernel_is_lost(channel):
     ({"ok": True, "result": [["torch.allclose", "140"]]}, "identities", "identities"),
     ({"ok": True, "result": [["torch.allclose", 1, 2]]}, "identities", "identities"),
     ({"ok": True, "result": [["x\n[genlab grader]", 1]]}, "identities", "identities"),
+    ({"ok": True, "result": 0, "identities": [["torch.allclose", "1"]]}, "peak_memory", "after the measurement"),
+    ({"ok": True, "result": 0, "identities": {"torch.allclose": 1}}, "peak_memory", "after the measurement"),
     ({"ok": "yes", "result": 1}, "call", "boolean 'ok'"),
     ({"ok": True}, "call", "no 'result'"),
     ({"ok": True, "result": 1, "extra": 1}, "call", "unknown fields"),
@@ -148,6 +150,22 @@ def test_no_answer_is_a_timeout_and_a_dead_kernel_is_lost(channel):
 def test_answers_of_the_wrong_shape_are_tampering(reply, kind, words):
     with pytest.raises(ChannelTampered, match=words):
         check_reply(reply, {"t0": torch.zeros(2, dtype=torch.int64)}, kind)
+
+
+def test_a_watched_object_replaced_while_a_measurement_ran_is_tampering():
+    """A measured call's answer carries the watched objects' identities as they were right after the call; the
+    grader compares them with what the kernel reported at its boot (KernelSession.check_measured)."""
+    from autograder.kernel import KernelSession
+
+    session = KernelSession.__new__(KernelSession)
+    session.baseline, session.channel_evidence = {"genlab.checks.peak_memory": [1, 2, 3, 4], "torch.equal": 7}, []
+    reply = check_reply({"ok": True, "result": 0, "identities": [["genlab.checks.peak_memory", [1, 2, 3, 4]],
+                                                                   ["torch.equal", 7]]}, {}, "peak_memory")
+    session.check_measured(reply)   # unchanged: nothing to say
+    reply["identities"][0][1] = [1, 9, 3, 4]   # the same function, its code swapped
+    with pytest.raises(ChannelTampered, match="replaced while a measurement ran: genlab.checks.peak_memory"):
+        session.check_measured(reply)
+    assert session.channel_evidence == ["replaced while a measurement ran: genlab.checks.peak_memory"]
 
 
 def test_answers_nested_too_deep_are_tampering():

@@ -405,6 +405,50 @@ SAMPLES["lab1_attack_snapshot_again"] = {
               "getattr(__import__('genlab.testing.ser' + 'ver', fromlist=['x']), 'inst' + 'all')()\n"},
     "expect": {"tampered": True, "evidence": "replaced at run time: genlab.checks.peak_memory"}}
 
+# Whether the kernel's server is answering a request now: its thread is inside _run (a notebook can see every
+# thread's frames). Two attacks below act on it.
+_SERVING = ("def _serving():\n"
+            "    frames = sys._current_frames()\n"
+            "    for thread in threading.enumerate():\n"
+            "        f = frames.get(thread.ident) if thread.name == 'genlab-server' else None\n"
+            "        while f is not None:\n"
+            "            if f.f_code.co_name == '_run':\n"
+            "                return True\n"
+            "            f = f.f_back\n"
+            "    return False\n\n")
+# The same reparameterize, with peak_memory replaced only while the kernel's server answers a request: a thread
+# of the notebook watches the server's thread (sys._current_frames) and puts the fake in place while it is inside
+# _run, the real one back when it is not. Every snapshot comparison before a test saw the real one. The kernel now
+# reports the watched objects' identities right after each measured call, before its thread lets go of the GIL,
+# and the grader compares them with the boot's.
+_MEMORY_WRONG = {"reparameterize": REPARAM_HEAD + "    if eps is None:\n        eps = torch.randn_like(mu)\n"
+                 "    _buffer = torch.empty(64, *mu.shape)\n    return mu + torch.exp(0.5 * logvar) * eps\n"}
+SAMPLES["lab1_attack_racing_patch"] = {
+    "cells": _MEMORY_WRONG,
+    "after": {"reparameterize": (
+        "import sys, threading, time\n"
+        "_c = __import__('genlab.che' + 'cks', fromlist=['x'])\n"
+        "_name = 'peak_' + 'memory'\n"
+        "_real, _fake = getattr(_c, _name), (lambda fn, *a, **k: 0)\n\n"
+        + _SERVING +
+        "def _race():\n"
+        "    while True:\n"
+        "        setattr(_c, _name, _fake if _serving() else _real)\n"
+        "        time.sleep(0.0001)\n"
+        "threading.Thread(target=_race, daemon=True).start()\n")},
+    "expect": {"tampered": True, "evidence": "replaced while a measurement ran: genlab.checks.peak_memory"}}
+# The same reparameterize, with the code of genlab's memory counter swapped in place (``__code__``, named at run
+# time: no scan reads it): the function keeps its id, so a snapshot of ids saw nothing, and the counter counted
+# nothing. The snapshot now keeps the ids of each watched function's code and defaults too.
+SAMPLES["lab1_attack_code_swap"] = {
+    "cells": _MEMORY_WRONG,
+    "after": {"reparameterize": (
+        "_m = __import__('genlab.checks.me' + 'mory', fromlist=['x'])\n"
+        "_count = getattr(_m, '_Storage' + 'Tracker')._count\n"
+        "_code = '__co' + 'de__'\n"
+        "setattr(_count, _code, getattr(lambda self, storage: None, _code))\n")},
+    "expect": {"tampered": True, "evidence": "genlab.checks.memory._StorageTracker._count"}}
+
 # No forging: an error message with a carriage return, terminal escapes, a bell, an 8-bit CSI, a right-to-left
 # override and lines that imitate the grader's verdicts. The tests of reparameterize earn nothing, and their
 # messages show the text cleaned and quoted, never as a grader line.
@@ -470,15 +514,7 @@ SAMPLES["lab1_attack_cpu_burner"] = {
     "after": {"reparameterize": (
         "import mmap, os, sys, threading, time\n"
         "_burn = mmap.mmap(-1, 1)   # shared with the forked burners\n\n"
-        "def _serving():\n"
-        "    frames = sys._current_frames()\n"
-        "    for thread in threading.enumerate():\n"
-        "        f = frames.get(thread.ident) if thread.name == 'genlab-server' else None\n"
-        "        while f is not None:\n"
-        "            if f.f_code.co_name == '_run':\n"
-        "                return True\n"
-        "            f = f.f_back\n"
-        "    return False\n\n"
+        + _SERVING +
         "def _watch():\n"
         "    while True:\n"
         "        _burn[0] = 0 if _serving() else 1\n"
