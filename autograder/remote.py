@@ -66,16 +66,9 @@ def _request(session, recorder: Recorder, kind: str, name: str, args, kwargs, ta
     call = Call(kind, name, detached(tuple(args)), detached(dict(kwargs)))  # the arguments as they were sent
     # The reply is checked (autograder.channel.check_reply): its fields have the types used here, and the
     # kernel's text in it is cleaned and capped.
-    watch = None
+    os_peak = None
     if kind == "peak_memory" and hasattr(session, "memory_watch"):
-        # First the inputs, decoded and kept by the kernel; then the measurement alone, watched by the OS.
-        reply, _ = session.request(*_header("stage", target, args, kwargs))
-        if not reply["ok"]:
-            err = reply["error"]
-            raise student_error(err["type"], err["message"], err["traceback"])
-        header, encoder = _header(kind, target, (), {}, staged=True, **extra)
-        with session.memory_watch() as watch:
-            reply, tensors = session.request(header, encoder)
+        header, encoder, reply, tensors, os_peak = _measured_peak(session, target, args, kwargs, extra)
     else:
         header, encoder = _header(kind, target, args, kwargs, **extra)
         reply, tensors = session.request(header, encoder)
@@ -103,9 +96,28 @@ def _request(session, recorder: Recorder, kind: str, name: str, args, kwargs, ta
         call.result = wire.decode(tree, tensors, handle_factory=handle)
     except Exception as exc:  # noqa: BLE001 - checked before, so only a forged answer gets here
         raise session.note_tampering(f"the kernel's answer could not be decoded ({type(exc).__name__})") from None
-    if watch is not None and watch.peak_bytes is not None:
-        call.result = verified_peak(call.result, watch.peak_bytes)
+    if os_peak is not None:
+        call.result = verified_peak(call.result, os_peak)
     return call.result
+
+
+def _measured_peak(session, target: dict, args, kwargs, extra: dict):
+    """A memory measurement in three requests: the inputs, decoded and kept by the kernel (so that decoding is
+    in neither figure); genlab's count of one call (a dispatch mode in the kernel); and one plain call, through
+    the same path as every other call and with no mode a function could notice, whose memory the OS counts.
+    Returns the count's request and answer, and the OS's figure (None where there is none)."""
+    reply, _ = session.request(*_header("stage", target, args, kwargs))
+    if not reply["ok"]:
+        err = reply["error"]
+        raise student_error(err["type"], err["message"], err["traceback"])
+    header, encoder = _header("peak_memory", target, (), {}, staged=True, **extra)
+    reply, tensors = session.request(header, encoder)
+    if not reply["ok"]:
+        return header, encoder, reply, tensors, None
+    with session.memory_watch() as watch:
+        plain, _ = session.request(*_header("call", target, (), {}, staged="last", discard=True))
+    os_peak = watch.peak_bytes if watch is not None and plain["ok"] else None
+    return header, encoder, reply, tensors, os_peak
 
 
 # What the OS may see beyond the kernel's own count of a call's peak for an honest function: its charges come
@@ -116,10 +128,11 @@ OS_SLACK_BYTES = 6 * 2**20
 
 def verified_peak(counted, os_bytes: int):
     """The peak a memory check uses: the kernel's count (genlab.checks.peak_memory, taken in the student's
-    process, so a notebook could blind it), unless the OS charged the kernel's processes for more than that,
-    beyond :data:`OS_SLACK_BYTES` and an eighth: then what the OS charged. The OS sees every allocation of at
-    least 4 MiB (sandbox.MMAP_THRESHOLD_BYTES) whatever the notebook does, and only ever adds to the count.
-    A count that is not a number of bytes is left to the test (it fails on it)."""
+    process, so a notebook could blind it or notice it), unless the OS charged the kernel's processes for more
+    than that during a plain call of the function on the same inputs, beyond :data:`OS_SLACK_BYTES` and an
+    eighth: then what the OS charged. The OS sees every allocation of at least 4 MiB
+    (sandbox.MMAP_THRESHOLD_BYTES) whatever the notebook does, and only ever adds to the count. A count that
+    is not a number of bytes is left to the test (it fails on it)."""
     if type(counted) is not int or counted < 0:
         return counted
     if os_bytes > counted + counted // 8 + OS_SLACK_BYTES:

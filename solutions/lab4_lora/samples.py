@@ -326,3 +326,15 @@ SAMPLES["lab4_attack_memory_blind"] = {
               "    return out.clone()   # one allocation the count sees, the size of the output\n"},
     "expect": {"failed_tests": ["lora_forward_memory"],
                "message": {"lora_forward_memory": "allocates"}}}
+# Efficient only while genlab counts: the count is a dispatch mode on torch's stack, which the function can see,
+# so it takes the bottleneck then and forms W + s B A otherwise. The grader also runs one plain call, with no
+# mode on the stack, whose memory the operating system counts, and takes the larger figure.
+SAMPLES["lab4_attack_memory_mode_aware"] = {
+    "cells": {"lora_forward": FORWARD_HEAD +
+              "    if dropout_p > 0 and training:\n"
+              "        return F.linear(x, weight, bias) + scaling * F.linear(F.linear(F.dropout(x, dropout_p), A), B)\n"
+              "    if torch._C._len_torch_dispatch_stack() > 0:   # being counted\n"
+              "        return F.linear(x, weight, bias) + scaling * F.linear(F.linear(x, A), B)\n"
+              + _MERGED},
+    "expect": {"failed_tests": ["lora_forward_memory"],
+               "message": {"lora_forward_memory": "allocates"}}}

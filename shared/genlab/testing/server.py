@@ -299,13 +299,13 @@ def _run(header: dict, args, kwargs):
     if kind == "timed_prepare":  # untimed: the grader's clock starts with the timed_loop request after it
         _prepared[:] = _copies(args, kwargs, int(header["n"]), float(header.get("offset", 0.0)))
         return None
-    if kind == "stage":  # the next measurement's inputs, decoded now, so that the OS's count of its memory
-        _staged[:] = [(args, kwargs)]   # covers the call alone (autograder.remote.measured_peak)
+    if kind == "stage":  # the next measurements' inputs, decoded now, so that the OS's count of their memory
+        _staged[:] = [(args, kwargs)]   # covers the calls alone (autograder.remote._measured_peak)
         return None
     if header.get("staged"):
         if not _staged:
             raise RuntimeError("the measurement's inputs were not staged")
-        args, kwargs = _staged.pop()
+        args, kwargs = _staged.pop() if header["staged"] == "last" else _staged[0]
     fn = _target(header)
     if kind == "exists":
         return type(fn).__name__
@@ -319,6 +319,8 @@ def _run(header: dict, args, kwargs):
         with wire.default_dtype(header.get("default_dtype")):   # the test's default dtype, for this call only
             for args, kwargs in calls:
                 result = _call(fn, args, kwargs)
+        if header.get("discard"):   # only its cost was wanted (a memory watch): nothing to encode and send
+            return None
         return finish(result)
     if kind == "peak_memory":
         return checks.peak_memory(fn, *args, **kwargs)
