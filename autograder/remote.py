@@ -102,8 +102,8 @@ def _request(session, recorder: Recorder, kind: str, name: str, args, kwargs, ta
 
 
 def _measured_peak(session, target: dict, args, kwargs, extra: dict):
-    """A memory measurement in three requests: the inputs, decoded and kept by the kernel (so that decoding is
-    in neither figure); genlab's count of one call (a dispatch mode in the kernel); and one plain call, through
+    """A memory measurement in four requests: the inputs, decoded and kept by the kernel (so that decoding is
+    in no figure); genlab's count of one call (a dispatch mode in the kernel); and two plain calls, through
     the same path as every other call and with no mode a function could notice, whose memory the OS counts.
     Returns the count's request and answer, and the OS's figure (None where there is none)."""
     reply, _ = session.request(*_header("stage", target, args, kwargs))
@@ -114,16 +114,23 @@ def _measured_peak(session, target: dict, args, kwargs, extra: dict):
     reply, tensors = session.request(header, encoder)
     if not reply["ok"]:
         return header, encoder, reply, tensors, None
-    with session.memory_watch() as watch:
-        plain, _ = session.request(*_header("call", target, (), {}, staged="last", discard=True))
-    os_peak = watch.peak_bytes if watch is not None and plain["ok"] else None
-    return header, encoder, reply, tensors, os_peak
+    # Twice, and the smaller figure: what a first call in the process may allocate once (a library's cache, a
+    # kernel compiled for this shape) was once 9.4 MiB over an honest count, on a loaded CI machine; a
+    # temporary the function makes on every call is in both.
+    os_peaks = []
+    for staged in (True, "last"):
+        with session.memory_watch() as watch:
+            plain, _ = session.request(*_header("call", target, (), {}, staged=staged, discard=True))
+        if watch is None or not plain["ok"]:
+            return header, encoder, reply, tensors, None
+        os_peaks.append(watch.peak_bytes)
+    return header, encoder, reply, tensors, min(os_peaks)
 
 
 # What the OS may see beyond the kernel's own count of a call's peak for an honest function: its charges come
 # in batches of 64 pages per CPU, a first call initialises libraries (4.3 MiB measured), and kernels' private
 # scratch buffers are not in genlab's count.
-OS_SLACK_BYTES = 6 * 2**20
+OS_SLACK_BYTES = 8 * 2**20
 
 
 def verified_peak(counted, os_bytes: int):
