@@ -179,10 +179,12 @@ def test_reference_kid_and_fid_infinity_reproducible_under_a_generator(ref):
     x, y = torch.randn(100, 8), torch.randn(120, 8)
     a = ref.kid(x, y, 5, 50, generator=torch.Generator().manual_seed(3))
     b = ref.kid(x, y, 5, 50, generator=torch.Generator().manual_seed(3))
-    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    torch.testing.assert_close(a, b)
     a = ref.fid_infinity(x, y, [30, 60, 90], generator=torch.Generator().manual_seed(4))
     b = ref.fid_infinity(x, y, [30, 60, 90], generator=torch.Generator().manual_seed(4))
-    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    # Same subsets, same answer up to rounding: a threaded reduction inside the matrix square root may add in
+    # another order on a second call (CI once saw two runs differ in the last bits), so no bit equality.
+    torch.testing.assert_close(a, b)
 
 
 # -- the catalogue: every bug shows its symptom -------------------------------------------------------------
