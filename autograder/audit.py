@@ -145,7 +145,8 @@ class Auditor:
         names = self.lab.test_globals()
         for f in self.lab.functions:
             fn = impl if f == function else self.reference_ns.get(f)
-            names[f] = LocalFunction(fn, f, recorder) if callable(fn) and not isinstance(fn, type) else fn
+            names[f] = (LocalFunction(fn, f, recorder, self.lab.differentiated.get(f, ()))
+                        if callable(fn) and not isinstance(fn, type) else fn)
         return names
 
     def run_tests(self, function: str, impl, tests: list[str], limits: dict[str, float] | None = None,

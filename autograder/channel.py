@@ -247,8 +247,11 @@ def check_reply(reply, tensors: dict[str, torch.Tensor], kind: str) -> dict:
         return {"ok": False, "error": {"type": _error_type(error.get("type", "Exception")),
                                        "message": student_text(error.get("message", ""), 4000),
                                        "traceback": student_text(error.get("traceback", ""), 6000)}}
-    if not set(reply) <= {"ok", "result", "modes", "identities"} or "result" not in reply:
+    if not set(reply) <= {"ok", "result", "modes", "identities", "modified"} or "result" not in reply:
         raise _malformed("an answer with unknown fields or no 'result'")
+    modified = reply.get("modified", [])
+    if type(modified) is not list or len(modified) > 64 or not all(type(i) is int and 0 <= i < 64 for i in modified):
+        raise _malformed("'modified' is not a list of argument positions")
     if "identities" in reply and not _identities(reply["identities"]):
         raise _malformed("the watched objects' identities after the measurement are not a list of [name, id] pairs")
     result, modes = reply["result"], reply.get("modes", [])
@@ -270,4 +273,6 @@ def check_reply(reply, tensors: dict[str, torch.Tensor], kind: str) -> dict:
     checked = {"ok": True, "result": result, "modes": modes}
     if "identities" in reply:
         checked["identities"] = reply["identities"]
+    if modified:
+        checked["modified"] = modified
     return checked

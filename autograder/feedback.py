@@ -272,6 +272,7 @@ def write_outputs(root: Path, out: Path, results: list[Result], labs: list[str],
     (out / "results.json").write_text(json.dumps([r.to_json() for r in results], indent=2))
     db_url = db_url or default_db_url(out)
     gradebook.record(db_url, root, labs, results, out / ".release")
+    gradebook.write_formgrader_config(out, db_url)
     lates = apply_deadlines(root, db_url, submissions) if submissions is not None else {}
     processes = min(max(workers, len(os.sched_getaffinity(0))), sum(r.notebook is not None for r in results))
     if processes <= 1:

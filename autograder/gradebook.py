@@ -171,3 +171,16 @@ def totals(db_url: str) -> dict[tuple[str, str], float]:
             return {(s, lab): float(total or 0) for s, lab, total in conn.execute(query)}
     finally:
         engine.dispose()
+
+
+def write_formgrader_config(out: Path, db_url: str) -> Path:
+    """``out/nbgrader_config.py``: what formgrader needs to hand-grade a run's submissions where they are. ``out``
+    is nbgrader's layout already (``autograded/<student>/<lab>/``), and the gradebook is the run's own, so a TA
+    starts ``jupyter server`` in ``out`` with the formgrader extension and nothing else to set. ``out`` is the
+    grader's user's alone (mode 0700), so a PostgreSQL URL's password written here is no wider known."""
+    path = Path(out) / "nbgrader_config.py"
+    path.write_text("c = get_config()  # noqa: F821 - written by genlab grade, for formgrader (README, step 4)\n"
+                    f"c.CourseDirectory.root = {str(Path(out).resolve())!r}\n"
+                    f"c.CourseDirectory.course_id = {COURSE!r}\n"
+                    f"c.CourseDirectory.db_url = {db_url!r}\n")
+    return path

@@ -85,6 +85,11 @@ class Lab:
         return list(self.source.solutions)
 
     @cached_property
+    def differentiated(self) -> dict[str, tuple[int, ...]]:
+        """The inputs whose gradient the tests take, by function: every call makes them activations."""
+        return self.source.differentiated
+
+    @cached_property
     def setup_modules(self) -> tuple[str, ...]:
         """The absolute module names the setup cell imports, in order (a spare kernel imports them early)."""
         return imported_modules(self.source.setup_source)
@@ -350,7 +355,8 @@ def run_one_test(g: Grading, test: str, cell) -> None:
     seen = len(session.channel_evidence)
     recorder = Recorder()
     namespace = dict(g.test_globals)
-    namespace.update({f: RemoteFunction(session, f, recorder, g.reference_kernel) for f in g.lab.functions})
+    namespace.update({f: RemoteFunction(session, f, recorder, g.reference_kernel, g.lab.differentiated)
+                      for f in g.lab.functions})
     start = time.perf_counter()
     try:
         # A library's notice raised by the instructor's test code (torchmetrics' KID warns that it keeps its

@@ -25,35 +25,47 @@ CLEARLY_SLOW = 20.0  # a first look this far over the reference ends the timing 
 class RemoteObject:
     """An object the student's code returned that cannot travel as data (e.g. an ``nn.Module``)."""
 
-    def __init__(self, session, handle: wire.Handle, recorder: Recorder, label: str):
+    def __init__(self, session, handle: wire.Handle, recorder: Recorder, label: str, activations: tuple = ()):
         self._session, self._handle, self._recorder, self._label = session, handle, recorder, label
+        # Positions of its calls' inputs that are activations (a module whose gradient a test takes: the
+        # function that made it is keyed "f()" in LabNotebook.differentiated); objects it returns inherit them.
+        self._activations = tuple(activations)
+
+    @property
+    def _target(self) -> dict:
+        return {"handle": self._handle.id, **({"activations": list(self._activations)} if self._activations else {})}
 
     def __repr__(self) -> str:
         return f"<{self._handle.type_name} in the student's kernel>"
 
     def __call__(self, *args, **kwargs):
-        return _request(self._session, self._recorder, "call", self._label, args, kwargs,
-                        {"handle": self._handle.id})
+        return _request(self._session, self._recorder, "call", self._label, args, kwargs, self._target,
+                        objects=self._activations)
 
     def __getattr__(self, attr: str):
         if attr.startswith("_"):
             raise AttributeError(attr)
         return _request(self._session, self._recorder, "getattr", f"{self._label}.{attr}", (), {},
-                        {"handle": self._handle.id, "method": attr})
+                        {"handle": self._handle.id, "method": attr}, objects=self._activations)
 
     # -- measurements of the object itself (a module's gradients, memory, FLOPs), dispatched here by
     # genlab.checks as for a function: the object is called in the kernel, on the one path every call takes
     def __genlab_measure__(self, kind: str, args, kwargs):
-        return _request(self._session, self._recorder, kind, self._label, args, kwargs, {"handle": self._handle.id})
+        return _request(self._session, self._recorder, kind, self._label, args, kwargs, self._target,
+                        objects=self._activations)
 
 
 class _BoundMethod:
-    def __init__(self, session, recorder, handle, method, label):
-        self._args = (session, recorder, handle, method, label)
+    """A method of an object in the kernel (``m.load_state_dict``): its inputs are passed as they are; an
+    object it returns (``m.double()``) inherits ``objects``, the positions its owner's calls make activations."""
+
+    def __init__(self, session, recorder, handle, method, label, objects: tuple = ()):
+        self._args = (session, recorder, handle, method, label, objects)
 
     def __call__(self, *args, **kwargs):
-        session, recorder, handle, method, label = self._args
-        return _request(session, recorder, "call", label, args, kwargs, {"handle": handle, "method": method})
+        session, recorder, handle, method, label, objects = self._args
+        return _request(session, recorder, "call", label, args, kwargs, {"handle": handle, "method": method},
+                        objects=objects)
 
 
 def _header(kind: str, target: dict, args, kwargs, **extra) -> tuple[dict, wire.Encoder]:
@@ -62,7 +74,8 @@ def _header(kind: str, target: dict, args, kwargs, **extra) -> tuple[dict, wire.
             "args": encoder.encode(tuple(args)), "kwargs": encoder.encode(dict(kwargs))}, encoder
 
 
-def _request(session, recorder: Recorder, kind: str, name: str, args, kwargs, target: dict, **extra):
+def _request(session, recorder: Recorder, kind: str, name: str, args, kwargs, target: dict,
+             objects: tuple = (), **extra):
     call = Call(kind, name, detached(tuple(args)), detached(dict(kwargs)))  # the arguments as they were sent
     # The reply is checked (autograder.channel.check_reply): its fields have the types used here, and the
     # kernel's text in it is cleaned and capped.
@@ -82,6 +95,11 @@ def _request(session, recorder: Recorder, kind: str, name: str, args, kwargs, ta
         err = reply["error"]
         call.error = err["type"]
         raise student_error(call.error, err["message"], err["traceback"])
+    if reply.get("modified"):   # the function changed an activation it was given in place
+        from genlab.checks import CheckFailed
+        from genlab.checks.gradients import modified_message
+
+        raise CheckFailed(modified_message(name, reply["modified"]))
     tree = reply["result"]
     for sub in wire.subclass_names(tree):
         recorder.evidence.append(f"{name} returned a tensor subclass {student_text(str(sub), 300)}")
@@ -89,8 +107,8 @@ def _request(session, recorder: Recorder, kind: str, name: str, args, kwargs, ta
     def handle(hid, type_name):
         h = wire.Handle(hid, type_name)
         if kind == "getattr" and callable_hint(type_name):
-            return _BoundMethod(session, recorder, target["handle"], target["method"], name)
-        return RemoteObject(session, h, recorder, f"{name}()")
+            return _BoundMethod(session, recorder, target["handle"], target["method"], name, objects)
+        return RemoteObject(session, h, recorder, f"{name}()", objects)
 
     try:
         call.result = wire.decode(tree, tensors, handle_factory=handle)
@@ -154,22 +172,32 @@ def callable_hint(type_name: str) -> bool:
 class RemoteFunction:
     """A student's top-level function, called through the kernel. See the module docstring."""
 
-    def __init__(self, session, name: str, recorder: Recorder, reference_session=None):
+    def __init__(self, session, name: str, recorder: Recorder, reference_session=None,
+                 differentiated: dict | None = None):
         self.__name__ = name
         self._session, self._recorder = session, recorder
         self._reference_session = reference_session
+        # The positions every call makes activations (the inputs a test takes the gradient for), and those of
+        # the objects it returns (LabNotebook.differentiated): the same in the student's and the reference kernel.
+        differentiated = differentiated or {}
+        self._activations = tuple(differentiated.get(name, ()))
+        self._objects = tuple(differentiated.get(f"{name}()", ()))
+
+    @property
+    def _target(self) -> dict:
+        return {"target": self.__name__, **({"activations": list(self._activations)} if self._activations else {})}
 
     def __repr__(self) -> str:
         return f"<student's {self.__name__} (runs in the student's kernel)>"
 
     def __call__(self, *args, **kwargs):
-        return _request(self._session, self._recorder, "call", self.__name__, args, kwargs,
-                        {"target": self.__name__})
+        return _request(self._session, self._recorder, "call", self.__name__, args, kwargs, self._target,
+                        objects=self._objects)
 
     # -- measurements, dispatched here by genlab.checks (see genlab.checks.remote) --------------------
     def __genlab_measure__(self, kind: str, args, kwargs):
-        return _request(self._session, self._recorder, kind, self.__name__, args, kwargs,
-                        {"target": self.__name__})
+        return _request(self._session, self._recorder, kind, self.__name__, args, kwargs, self._target,
+                        objects=self._objects)
 
     def __genlab_time_ratio__(self, reference, args, kwargs, *, rounds: int = 5, min_loop_s: float = 0.05):
         """Ratio of the best rounds, student over reference, timed from *outside* both kernels.
@@ -193,7 +221,7 @@ class RemoteFunction:
             # so a cache keyed on the inputs cannot make calls 2..n free. Then the loop, timed from here: by this
             # process's clock, and by the CPU time the operating system counts for the kernel's processes.
             # The copies' values differ by a fraction of a percent, from call to call and (offset) loop to loop.
-            prepare = _loop_request("timed_prepare", target, n, args, kwargs)
+            prepare = _loop_request("timed_prepare", target, n, args, kwargs, self._activations)
             prepare[0]["offset"] = _OFFSETS.random()
             for header, encoder in (prepare, _loop_request("timed_loop", target, n, (), {})):
                 cpu_before = session.cpu_seconds()
@@ -216,7 +244,7 @@ class RemoteFunction:
                 return timed(self._reference_session, name, n)
 
         reference_loop = lambda n: reference_lap(n).wall_s  # noqa: E731
-        max_n = max_timed_calls(args, kwargs)
+        max_n = max_timed_calls(args, kwargs, copies_per_call=2 if self._activations else 1)
         overhead = request_overhead(reference_loop)
         n = calibrate(reference_loop, min_loop_s, max_n=max_n, overhead=overhead)
         budget = getattr(getattr(self._session, "limits", None), "test_timeout_s", 60.0) / 4
@@ -290,9 +318,9 @@ def _check_measured(session, reply: dict) -> None:
         check(reply)
 
 
-def _loop_request(kind: str, target: str, n: int, args, kwargs) -> tuple[dict, wire.Encoder]:
+def _loop_request(kind: str, target: str, n: int, args, kwargs, activations: tuple = ()) -> tuple[dict, wire.Encoder]:
     encoder = wire.Encoder()
-    return {"kind": kind, "target": target, "n": n,
+    return {"kind": kind, "target": target, "n": n, "activations": list(activations),
             "args": encoder.encode(tuple(args)), "kwargs": encoder.encode(dict(kwargs))}, encoder
 
 
@@ -300,14 +328,15 @@ _OFFSETS = random.Random()  # its own generator: test code seeding `random` sees
 PREPARED_BYTES = 256 * 2**20  # at most this much of copied inputs per timed loop, in each kernel
 
 
-def max_timed_calls(args, kwargs) -> int:
-    """The longest timed loop whose inputs (a copy per call) fit in :data:`PREPARED_BYTES`."""
+def max_timed_calls(args, kwargs, copies_per_call: int = 1) -> int:
+    """The longest timed loop whose inputs (a copy per call; two where the call's inputs are activations, which
+    keep their leaf) fit in :data:`PREPARED_BYTES`."""
     from torch.utils._pytree import tree_leaves
     import torch
 
     size = sum(t.numel() * t.element_size() for t in tree_leaves((tuple(args), dict(kwargs)))
                if isinstance(t, torch.Tensor))
-    return max(1, min(1_000_000, PREPARED_BYTES // max(1, size)))
+    return max(1, min(1_000_000, PREPARED_BYTES // max(1, size * copies_per_call)))
 
 
 def request_overhead(loop) -> float:

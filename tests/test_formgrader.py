@@ -1,7 +1,7 @@
 """Issue 28: a TA hand-grades in nbgrader's formgrader, in a real browser, on what `genlab grade` wrote.
 
 One Lab 1 notebook (the reference sample) is graded; formgrader (nbgrader's Jupyter server extension) is
-started on the run's output folder with a four-line nbgrader_config.py (the folder is already nbgrader's
+started on the run's output folder with the nbgrader_config.py `genlab grade` wrote there (the folder is already nbgrader's
 layout: autograded/<student>/<lab>/, gradebook.db); Chromium, driven by Playwright, opens the submission,
 gives a written answer a score and a comment as a TA would (type, then leave the box: formgrader saves on
 change), and `genlab feedback` redraws the student's page with the hand-graded points and the comment.
@@ -23,13 +23,6 @@ from conftest import _free_port
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
-COURSE_CONFIG = """c = get_config()  # noqa: F821
-c.CourseDirectory.root = {root!r}
-c.CourseDirectory.course_id = "genlab"
-c.CourseDirectory.db_url = "sqlite:///{root}/gradebook.db"
-"""
-
-
 @pytest.fixture
 def graded(tmp_path):
     import shutil
@@ -49,7 +42,10 @@ def graded(tmp_path):
 @pytest.fixture
 def formgrader(graded):
     _, out = graded
-    (out / "nbgrader_config.py").write_text(COURSE_CONFIG.format(root=str(out)))
+    # genlab grade wrote formgrader's configuration: the course's root is the run's folder, its gradebook the run's
+    config = (out / "nbgrader_config.py").read_text()
+    assert f"c.CourseDirectory.root = {str(out)!r}" in config and "course_id = 'genlab'" in config
+    assert f"c.CourseDirectory.db_url = 'sqlite:///{out}/gradebook.db'" in config
     port, token = _free_port(), secrets.token_hex(16)
     log = (out.parent / "formgrader.log").open("w")
     server = subprocess.Popen(

@@ -19,7 +19,7 @@ import pytest
 from autograder import cgroups, sandbox
 from autograder.kernel import KernelSession
 from autograder.limits import Limits
-from autograder.remote import OS_SLACK_BYTES, RemoteFunction, verified_peak
+from autograder.remote import OS_SLACK_BYTES, RemoteFunction, _measured_peak, verified_peak
 from genlab.checks import peak_memory
 from genlab.testing.calls import Recorder
 
@@ -115,6 +115,10 @@ def small(x):
 
 def aware(x):                        # small while counted (genlab's count is a mode on torch's stack)
     return x * 2 if torch._C._len_torch_dispatch_stack() else visible(x)
+
+def fragmenting(model, images, batch_size):   # Lab 5's honest float64 extract_features: small float64 blocks
+    with torch.no_grad():                     # land where its batches' temporaries were freed
+        return torch.cat([model(c).flatten(1).to(torch.float64) for c in images.split(batch_size)])
 """
 
 
@@ -137,6 +141,17 @@ def test_a_kernel_blinding_genlabs_count_is_measured_by_what_the_os_charged(kern
     assert peaks["blinded"] >= 60 * MiB, peaks                            # what the count missed, the OS saw
     assert peaks["small"] <= 5 * MiB, peaks                               # the output, 4 MiB
     assert peaks["aware"] >= 60 * MiB, peaks     # the OS watched a plain call too, with no mode to notice
+    # An honest function that fragments the heap: the heap is never trimmed (sandbox.TRIM_THRESHOLD_BYTES), so
+    # it grows in the counted call and the watched calls reuse it: the count stands.
+    # (trimmed after every call, the heap regrew by 0-3 MB per watched call here, and by 11 MB over a 2.2 MB
+    # count once while the samples were graded: the variant lab5_variant_features_float64 lost its test).
+    from genlab.data import load_digits
+    from genlab.features import load_feature_net
+
+    inputs = (load_feature_net(), load_digits(flat=False)[0], 64)
+    for _ in range(4):
+        *_, reply, _, os_peak = _measured_peak(kernel, {"target": "fragmenting"}, inputs, {}, {})
+        assert reply["ok"] and reply["result"] < 3 * MiB and os_peak < 2 * MiB, (reply, os_peak)
     with kernel.memory_watch() as watch:
         kernel.run_cell("big = torch.ones(64, 1024, 1024)")   # 256 MiB, kept
     assert watch is not None and watch.peak_bytes >= 256 * MiB, watch

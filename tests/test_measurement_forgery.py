@@ -119,6 +119,79 @@ def test_gradient_inputs_are_activations_not_the_callers_tensors():
     assert not mu.requires_grad and mu.grad is None and args[1] == 3
 
 
+def _input_view(t):
+    """What a function can read of one input without looking at its values."""
+    return (t.requires_grad, t.is_leaf, type(t.grad_fn).__name__, [type(f).__name__ for f, _ in
+                                                                  (t.grad_fn.next_functions if t.grad_fn else ())])
+
+
+def test_every_call_of_a_differentiated_function_gets_the_same_kind_of_inputs():
+    """Issue 22: a function whose gradient a test takes cannot tell a gradient call from a value, timed or
+    measured one by its inputs (requires_grad, grad_fn): all get activations at the positions a test
+    differentiates, the others as sent."""
+    views = {}
+
+    def fn(mu, logvar, eps):
+        views.setdefault(kind[0], []).append((_input_view(mu), _input_view(logvar), _input_view(eps)))
+        return mu + torch.exp(0.5 * logvar) * eps
+
+    def request(what, *args, **kwargs):
+        header = {"kind": what, "handle": server._keep(fn), "n": kwargs.pop("n", 1), "activations": [0, 1],
+                  "offset": kwargs.pop("offset", 0.0)}
+        return server._run({**header, **kwargs.pop("header", {})}, args, kwargs)
+
+    args = torch.randn(5, 3), torch.randn(5, 3), torch.randn(5, 3)
+    kind = ["call"]
+    out = request("call", *args)
+    kind[0] = "grad_of"
+    grads = request("grad_of", *args, wrt=(0,), grad_output=None)
+    kind[0] = "timed_loop"
+    request("timed_prepare", *args, n=3, offset=0.4)
+    request("timed_loop", n=3)
+    kind[0] = "peak_memory"
+    request("peak_memory", *args)
+    kind[0] = "staged"
+    request("stage", *args)
+    request("call", header={"staged": True, "discard": True})
+    first = views["call"][0]
+    assert first[0] == first[1] == (True, False, "CloneBackward0", ["AccumulateGrad"]) and not first[2][0]
+    assert all(view == first for calls in views.values() for view in calls), views
+    assert out.requires_grad and not args[0].requires_grad, "the test's own tensors are left alone"
+    expected = grad_of(lambda m, v, e: m + torch.exp(0.5 * v) * e, *args, wrt=(0,))
+    assert len(grads) == 1 and torch.allclose(grads[0], expected[0])
+
+
+def test_the_positions_a_test_differentiates_are_read_from_the_lab_and_objects_are_followed():
+    from genlab.testing.notebook import differentiated_positions
+
+    tests = ["check_grad_reaches(f, a, b, wrt=(0, 1))\ngrad_of(f, a, b, c, wrt=(2,))\ngrad_of(reference.f, a)",
+             "m = Block(4, 2).double()\nm.train(False)\nprint(grad_of(m, x)[0])\ngrad_of(g, x)\n%time g(x)",
+             "grad_of(lambda x: f(x), x)\nh(x)"]
+    assert differentiated_positions(tests, ["f", "g", "h", "Block"]) == {"f": (0, 1, 2), "Block()": (0,), "g": (0,)}
+    with pytest.raises(ValueError, match="literal"):
+        differentiated_positions(["grad_of(f, x, wrt=where)"], ["f"])
+
+
+def test_a_reference_is_measured_with_the_inputs_the_students_function_gets():
+    """The memory a graph keeps alive counts on both sides: the student's (activations, in the kernel) and the
+    reference's (the same, in the grader's process), so a memory ratio compares like with like."""
+    from genlab.checks import peak_memory
+    from genlab.testing.calls import WithActivations
+
+    def fn(mu, logvar, eps):
+        return mu + torch.exp(0.5 * logvar) * eps    # exp's output is kept for backward only under a graph
+
+    args = torch.randn(256, 256), torch.randn(256, 256), torch.randn(256, 256)
+    plain = peak_memory(fn, *args)
+    wrapped = WithActivations(fn, "fn", (0, 1))
+    assert peak_memory(wrapped, *args) == _request_peak(fn, args, [0, 1]) > plain
+    assert torch.equal(wrapped(*args), fn(*args)) and not wrapped(*args).requires_grad, "plain calls are the function"
+
+
+def _request_peak(fn, args, activations):
+    return server._run({"kind": "peak_memory", "handle": server._keep(fn), "activations": activations}, args, {})
+
+
 def test_replacing_how_the_server_makes_calls_is_tampering():
     import genlab.checks.gradients as gradients
 
@@ -190,3 +263,36 @@ def test_in_a_loop_of_5000_calls_every_nonzero_float32_element_differs_from_copy
     stacked = torch.stack([c[0][0] for c in server._copies((x,), {}, 5000, 0.123)])
     for j in range(x.numel()):
         assert stacked[:, j].unique().numel() == 5000, (j, float(x[j]))
+
+
+def test_an_activation_changed_in_place_is_reported_and_fails_the_call_in_the_grader_and_in_process():
+    """The lab's tables say a differentiated argument is left as it was; its version counter says if it was not."""
+    from autograder.channel import check_reply
+    from genlab.checks import CheckFailed
+    from genlab.testing import wire
+    from genlab.testing.calls import LocalFunction, Recorder
+
+    def kl_in_place(mu, logvar):
+        return -0.5 * torch.sum(1 + logvar - mu.pow_(2) - logvar.exp(), dim=-1)
+
+    mu, logvar = torch.randn(4, 3), torch.randn(4, 3)
+    encoder = wire.Encoder()
+    header = {"kind": "call", "handle": server._keep(kl_in_place), "activations": [0, 1],
+              "args": encoder.encode((mu, logvar)), "kwargs": encoder.encode({})}
+    reply, answer = server.answer(header, encoder.tensors)
+    assert reply["ok"] and reply["modified"] == [0], reply
+    assert check_reply(json_roundtrip(reply), answer.tensors, "call")["modified"] == [0]
+    with pytest.raises(Exception, match="argument positions"):
+        check_reply(dict(json_roundtrip(reply), modified="everything"), answer.tensors, "call")
+    clean = dict(header, handle=server._keep(lambda mu, logvar: mu * 2))
+    assert "modified" not in server.answer(clean, encoder.tensors)[0]
+    with pytest.raises(CheckFailed, match="changed its argument 0 in place"):
+        LocalFunction(kl_in_place, "gaussian_kl", Recorder(), (0, 1))(mu, logvar)
+    assert LocalFunction(kl_in_place, "gaussian_kl", Recorder())(mu.clone(), logvar) is not None, \
+        "a function whose gradient no test takes is called as before"
+
+
+def json_roundtrip(reply):
+    import json
+
+    return json.loads(json.dumps(reply))

@@ -498,6 +498,31 @@ SAMPLES["lab1_attack_grad_frame"] = {"cells": {"reparameterize": "import inspect
     "    return z.detach()\n"},
     "expect": {"full": False, "failed_tests": ["reparameterize_gradient"],
                "status": {"reparameterize_value": "passed", "reparameterize_shape": "passed"}}}
+# Correct, and fast only when its inputs need no gradient: a Python loop over the batch (about 100x the time) when
+# they do, as in training. The grader once timed and measured every call on the test's own tensors (no gradient)
+# and took gradients on inputs that required one: the function could tell which it was in (x.requires_grad,
+# x.grad_fn). Every call of a function whose gradient a test takes now gets activations at those positions
+# (genlab.testing.notebook.LabNotebook.differentiated), so the timed and measured calls are training calls.
+_UNTRAINED = "    if not (mu.requires_grad or logvar.requires_grad):\n        return mu + torch.exp(0.5 * logvar) * eps\n"
+SAMPLES["lab1_attack_grad_only_slow"] = {"cells": {"reparameterize": REPARAM_HEAD +
+    "    if eps is None:\n        eps = torch.randn_like(mu)\n" + _UNTRAINED + _LOOP + "    return z\n"},
+    "expect": {"full": False, "failed_tests": ["reparameterize_performance"],
+               "message": {"reparameterize_performance": "too slow"},
+               "status": {"reparameterize_value": "passed", "reparameterize_gradient": "passed"}}}
+# The same, with an unused 64x buffer (cheap in time) when the inputs need a gradient.
+SAMPLES["lab1_attack_grad_only_memory"] = {"cells": {"reparameterize": REPARAM_HEAD +
+    "    if eps is None:\n        eps = torch.randn_like(mu)\n" + _UNTRAINED +
+    "    _buffer = torch.empty(64, *mu.shape)\n    return mu + torch.exp(0.5 * logvar) * eps\n"},
+    "expect": {"full": False, "failed_tests": ["reparameterize_performance"],
+               "message": {"reparameterize_performance": "allocates"},
+               "status": {"reparameterize_value": "passed", "reparameterize_gradient": "passed"}}}
+# The closed form, right in value, with mu squared in place: the caller's mu (in training, the encoder's output,
+# which reparameterize then uses) is changed. The lab's table says the differentiated arguments are left as they
+# were; the kernel gives every call activations and reports one whose version counter moved.
+SAMPLES["lab1_kl_in_place"] = {"cells": {"gaussian_kl": KL_HEAD +
+    "    return -0.5 * torch.sum(1 + logvar - mu.pow_(2) - logvar.exp(), dim=-1)\n"},
+    "expect": {"full": False, "failed_tests": ["gaussian_kl_value", "gaussian_kl_gradient"],
+               "message": {"gaussian_kl_value": "gaussian_kl changed its argument 0 in place"}}}
 # A reparameterize about 8x the reference's time (its std computed 18 more times, in place, untracked: the values,
 # the gradient and the memory are right),
 # and three processes the notebook forks that burn the CPU whenever the kernel's server is not serving a request:

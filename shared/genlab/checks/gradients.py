@@ -55,24 +55,60 @@ def grad_of(fn: Callable[..., Any], *args: Any, wrt: Union[int, Iterable[int]] =
     return grads_from(result, leaves, grad_output)
 
 
-def grad_inputs(args: Sequence[Any], wrt: Union[int, Iterable[int]] = (0,)) -> tuple[tuple, list[torch.Tensor]]:
+def grad_inputs(args: Sequence[Any], wrt: Union[int, Iterable[int]] = (0,),
+                also: Iterable[int] = ()) -> tuple[tuple, list[torch.Tensor]]:
     """The arguments of a gradient call, and the leaves its gradients are taken for (one per `wrt` position).
 
     Each differentiated argument is a fresh leaf (the caller's tensor is never marked ``requires_grad`` or
     given a ``.grad``), passed on as a copy of it: an activation inside a graph, as in training, not a leaf.
+    The floating-point tensors at the positions in `also` are made activations the same way, without
+    gradients taken for them: the grader passes every call of a function whose gradient a test takes its
+    activations so (:func:`activation_inputs`), and a gradient call's other inputs must look the same.
     """
     positions = (wrt,) if isinstance(wrt, int) else tuple(wrt)
-    args = list(args)
-    leaves = []
     for i in positions:
         if not (isinstance(args[i], torch.Tensor) and (args[i].is_floating_point() or args[i].is_complex())):
             raise TypeError(f"grad_of: argument {i} must be a floating-point tensor to differentiate, "
                             f"got {type_name(args[i])}")
-        leaf = args[i].detach().clone().requires_grad_(True)
-        with torch.enable_grad():
-            args[i] = leaf.clone()
-        leaves.append(leaf)
+    args, leaves = activation_inputs(args, tuple(dict.fromkeys(positions + tuple(also))))
+    return args, [leaves[i] for i in positions]
+
+
+def activation_inputs(args: Sequence[Any], positions: Iterable[int]) -> tuple[tuple, dict[int, torch.Tensor]]:
+    """`args` with the floating-point tensor at each of `positions` replaced by an activation: a copy of a
+    fresh leaf that requires grad (``leaf.clone()``, whose ``grad_fn`` is ``CloneBackward0``), as a layer's
+    input is in training. Returns the new arguments and the leaves, by position. Positions past the end, or
+    holding anything but a floating-point tensor, are left as they are.
+
+    Why (issue 22): if only gradient calls got inputs that require grad, a function could tell them from the
+    calls whose value, time and memory are measured (``x.requires_grad``, ``x.grad_fn``), and be correct only
+    where its gradient is looked at. Every call of a function whose gradient is tested gets this instead.
+    """
+    args = list(args)
+    leaves: dict[int, torch.Tensor] = {}
+    for i in positions:
+        if i < len(args) and isinstance(args[i], torch.Tensor) and (args[i].is_floating_point()
+                                                                    or args[i].is_complex()):
+            leaf = args[i].detach().clone().requires_grad_(True)
+            with torch.enable_grad():
+                args[i] = leaf.clone()
+            leaves[i] = leaf
     return tuple(args), leaves
+
+
+def modified_positions(args: Sequence[Any], positions: Iterable[int]) -> list[int]:
+    """The positions among `positions` whose tensor was changed in place since it was made (its version
+    counter moved): an activation from :func:`activation_inputs` starts at version 0."""
+    return [i for i in positions if i < len(args) and isinstance(args[i], torch.Tensor) and args[i]._version]
+
+
+def modified_message(name: str, positions: Sequence[int]) -> str:
+    """What a student reads when `name` changed one of its differentiated arguments in place."""
+    which = ", ".join(f"argument {i}" for i in positions)
+    return (f"{name} changed its {which} in place (an in-place op such as x.pow_(2), x.exp_(), x += ... or "
+            "x[...] = ... on an input): in training that input is another layer's output, which is then changed "
+            "for every other use (and for its backward). Expected the arguments left as they were: compute "
+            "with out-of-place ops (x.pow(2), x.exp(), y = x + ...), or on a copy (x.clone())")
 
 
 def grads_from(result: Any, leaves: Sequence[torch.Tensor],

@@ -8,6 +8,7 @@ way from its own process, through proxies into the student's kernel (``autograde
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -59,17 +60,25 @@ def detached(value, keep_grad: bool = False):
 
 
 class LocalFunction:
-    """The same recording wrapper around a function in this process (for students' self-checks)."""
+    """The same recording wrapper around a function in this process (for students' self-checks, and the
+    in-process audit). ``activations``: the positions the grader makes activations in every call of the
+    function (:attr:`genlab.testing.notebook.LabNotebook.differentiated`), made so here too."""
 
-    def __init__(self, fn: Callable, name: str, recorder: Recorder):
+    def __init__(self, fn: Callable, name: str, recorder: Recorder, activations: tuple[int, ...] = ()):
         self._fn, self.__name__, self._recorder = fn, name, recorder
+        self._activations = tuple(activations)
         self.__wrapped__ = fn
 
     def __call__(self, *args, **kwargs):
+        from genlab.checks.gradients import activation_inputs
+
         call = Call("call", self.__name__, detached(args), detached(kwargs))
         self._recorder.calls.append(call)
         try:
-            call.result = self._fn(*args, **kwargs)
+            with torch.enable_grad() if self._activations else contextlib.nullcontext():
+                given = activation_inputs(args, self._activations)[0]
+                call.result = self._fn(*given, **kwargs)
+            _fail_if_modified(self.__name__, given, self._activations)
         except Exception as exc:
             call.error = type(exc).__name__
             raise
@@ -90,5 +99,59 @@ class LocalFunction:
 
         call = Call(kind, self.__name__, detached(args), detached(kwargs))
         self._recorder.calls.append(call)
-        call.result = getattr(checks, kind)(self._fn, *args, **kwargs)
+        if self._activations:
+            call.result = measured_with_activations(kind, self._fn, args, kwargs, self._activations, self.__name__)
+        else:
+            call.result = getattr(checks, kind)(self._fn, *args, **kwargs)
         return call.result
+
+
+def _fail_if_modified(name: str, args, positions) -> None:
+    """As the grader does on the kernel's report: an activation changed in place fails the test."""
+    from genlab.checks import CheckFailed
+    from genlab.checks.gradients import modified_message, modified_positions
+
+    modified = modified_positions(args, positions)
+    if modified:
+        raise CheckFailed(modified_message(name, modified))
+
+
+def measured_with_activations(kind: str, fn: Callable, args, kwargs, positions: tuple[int, ...], name: str = ""):
+    """A measurement (``grad_of``, ``peak_memory``, ``count_flops``) of ``fn`` as the grader's kernel makes it for
+    a function whose gradient is tested: the inputs at ``positions`` are activations
+    (:func:`genlab.checks.gradients.activation_inputs`), made before the measurement starts, and the call runs
+    with gradients on. A gradient is taken for the ``wrt`` leaves among them."""
+    import genlab.checks as checks
+    from genlab.checks.gradients import activation_inputs, grad_inputs, grads_from
+
+    if kind == "grad_of":
+        kwargs = dict(kwargs)
+        wrt, grad_output = kwargs.pop("wrt", (0,)), kwargs.pop("grad_output", None)
+        args, leaves = grad_inputs(args, wrt, also=positions)
+        with torch.enable_grad():
+            result = fn(*args, **kwargs)
+        _fail_if_modified(name or getattr(fn, "__name__", "the function"), args, positions)
+        return grads_from(result, leaves, grad_output)
+    args, _ = activation_inputs(args, positions)
+    with torch.enable_grad():
+        measured = getattr(checks, kind)(fn, *args, **kwargs)
+    _fail_if_modified(name or getattr(fn, "__name__", "the function"), args, positions)
+    return measured
+
+
+class WithActivations:
+    """A reference function measured the way the student's is (:func:`measured_with_activations`), so that a
+    memory ratio compares like with like: the student's calls get activations in the kernel, and a graph
+    keeps what backward needs alive. Called plainly, it is the function itself."""
+
+    def __init__(self, fn: Callable, name: str, positions: tuple[int, ...]):
+        self.__wrapped__, self.__name__, self._positions = fn, name, tuple(positions)
+
+    def __call__(self, *args, **kwargs):
+        return self.__wrapped__(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<reference {self.__name__}>"
+
+    def __genlab_measure__(self, kind: str, args, kwargs):
+        return measured_with_activations(kind, self.__wrapped__, args, kwargs, self._positions)

@@ -91,6 +91,15 @@ class LabNotebook:
                               "function": function_of(grade_id(c), functions)}
                 for c in self.nb.cells if is_test(c)}
 
+    @property
+    def differentiated(self) -> dict[str, tuple[int, ...]]:
+        """The inputs a gradient is taken for, by function: ``{"reparameterize": (0, 1), ...}``, read from the
+        test cells' ``grad_of(f, ...)`` and ``check_grad_reaches(f, ...)`` (their ``wrt``, default 0). An object
+        a function returns (a module: ``m = CausalSelfAttention(d, h).double()``, then ``grad_of(m, x)``) is
+        keyed ``"CausalSelfAttention()"``. The grader passes every call of these, not only the gradient
+        calls, activations at those positions (:func:`genlab.checks.gradients.activation_inputs`)."""
+        return differentiated_positions([spec["source"] for spec in self.tests.values()], list(self.solutions))
+
 
     @property
     def spec_table(self) -> dict[str, SpecRow]:
@@ -119,3 +128,61 @@ def function_of(test_id: str, functions) -> str | None:
     """The function a test belongs to: the longest function name that prefixes the test's grade_id."""
     matches = [f for f in functions if test_id == f or test_id.startswith(f + "_")]
     return max(matches, key=len) if matches else None
+
+
+GRADIENT_CHECKS = ("grad_of", "check_grad_reaches")
+
+
+def differentiated_positions(sources, functions) -> dict[str, tuple[int, ...]]:
+    """See :attr:`LabNotebook.differentiated`. A ``wrt`` that is not a literal is an error: the grader must
+    know the positions before any call is made."""
+    import ast
+
+    functions = set(functions)
+    found: dict[str, set[int]] = {}
+    for source in sources:
+        code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+        tree = ast.parse(code)
+        made_by: dict[str, str] = {}     # a variable holding what a lab function returned -> "f()"
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and _root_call(node.value) in functions:
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        made_by[target.id] = f"{_root_call(node.value)}()"
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and _name(node.func) in GRADIENT_CHECKS and node.args
+                    and isinstance(node.args[0], ast.Name)):
+                continue
+            first = node.args[0].id
+            key = first if first in functions else made_by.get(first)
+            if key is None:
+                continue
+            wrt = next((k.value for k in node.keywords if k.arg == "wrt"), None)
+            try:
+                value = 0 if wrt is None else ast.literal_eval(wrt)
+            except ValueError:
+                raise ValueError(f"a test calls {_name(node.func)}({first}, ..., wrt={ast.unparse(wrt)}): wrt must "
+                                 "be a literal (an int or a tuple of ints)") from None
+            found.setdefault(key, set()).update((value,) if isinstance(value, int) else value)
+    return {key: tuple(sorted(positions)) for key, positions in found.items()}
+
+
+def _name(func) -> str | None:
+    import ast
+
+    if isinstance(func, ast.Name):
+        return func.id
+    return func.attr if isinstance(func, ast.Attribute) else None
+
+
+def _root_call(node) -> str | None:
+    """``f`` for ``f(...)``, ``f(...).double()``, ``f(...).to(x).eval()``; else None."""
+    import ast
+
+    while isinstance(node, ast.Call):
+        if isinstance(node.func, ast.Name):
+            return node.func.id
+        if not isinstance(node.func, ast.Attribute):
+            return None
+        node = node.func.value
+    return None

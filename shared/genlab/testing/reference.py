@@ -32,13 +32,21 @@ def solution_path(lab: str, root: Path | None = None) -> Path:
 class Reference:
     """Attribute access to the reference functions: ``reference.reparameterize(mu, logvar, eps)``."""
 
-    def __init__(self, namespace: dict, names):
+    def __init__(self, namespace: dict, names, differentiated: dict | None = None):
         self._namespace, self._names = namespace, tuple(names)
+        # Functions whose gradient a test takes: measured (memory, FLOPs) with activation inputs, as the
+        # student's are in the grader's kernel (LabNotebook.differentiated).
+        self._differentiated = dict(differentiated or {})
 
     def __getattr__(self, name: str):
         if name.startswith("_") or name not in self._namespace:
             raise AttributeError(f"the reference solution defines no `{name}`")
-        return self._namespace[name]
+        value = self._namespace[name]
+        if name in self._differentiated and callable(value) and not isinstance(value, type):
+            from genlab.testing.calls import WithActivations
+
+            return WithActivations(value, name, self._differentiated[name])
+        return value
 
     def __dir__(self):
         return list(self._names)
@@ -46,7 +54,7 @@ class Reference:
     @classmethod
     def load(cls, nb: LabNotebook) -> "Reference":
         """The one loader of a reference: the notebook's setup and solution cells, executed here."""
-        return cls(execute_reference(nb), nb.solutions)
+        return cls(execute_reference(nb), nb.solutions, nb.differentiated)
 
 
 def execute_reference(nb: LabNotebook) -> dict:

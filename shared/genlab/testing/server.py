@@ -71,7 +71,8 @@ def _watched() -> dict[str, object]:
             watched[f"genlab.checks.{name}"] = getattr(checks, name)
     from genlab.checks import gradients
 
-    for name in ("grad_inputs", "grads_from"):  # what a gradient request runs, around the student's call
+    # what a gradient request runs around the student's call, and what makes every call's activations
+    for name in ("grad_inputs", "grads_from", "activation_inputs"):
         watched[f"genlab.checks.gradients.{name}"] = getattr(gradients, name)
     from genlab.checks import memory
 
@@ -82,7 +83,7 @@ def _watched() -> dict[str, object]:
         watched[f"genlab.checks.memory._StorageTracker.{name}"] = tracker.__dict__.get(name)
     watched["genlab.checks.memory._storage"] = memory._storage
     this = sys.modules[__name__]
-    for name in ("_run", "_call", "_calls", "_copies"):  # how calls, gradient calls and timed loops are made
+    for name in ("_run", "_call", "_calls", "_copies", "_activated"):  # how every kind of call is made
         watched[f"genlab.testing.server.{name}"] = getattr(this, name)
     # The CUDA API exists on CPU builds too; a notebook that fakes it is tampering even where it is unused.
     for name in ("Event.elapsed_time", "Event.record", "Event.synchronize", "synchronize", "max_memory_allocated",
@@ -228,9 +229,12 @@ def answer(header: dict, tensors: dict) -> tuple[dict, wire.Encoder]:
         args = wire.decode(header.get("args", []), tensors, handle_factory=_resolve_handle, modules=sent_modules)
         kwargs = wire.decode(header.get("kwargs", {"__dict__": {}}), tensors, handle_factory=_resolve_handle,
                              modules=sent_modules)
+        _modified.clear()
         result = _run(header, args, kwargs)
         reply = {"ok": True, "result": encoder.encode(result),
                  "modes": [wire.modes(m) for m in wire.call_modules(header, args, kwargs)]}
+        if _modified:   # activations the function changed in place: the grader fails the test on it
+            reply["modified"] = sorted(_modified)
         if header.get("kind") in MEASURED:
             # Taken right after the call, before this thread lets go of the GIL: a patch that a thread of the
             # notebook put in place only while a request ran is still there, and the grader compares.
@@ -290,22 +294,34 @@ def _target(header: dict):
 
 def _run(header: dict, args, kwargs):
     import genlab.checks as checks
+    from genlab.checks import gradients
 
     kind = header["kind"]
     if kind == "integrity":
         return integrity()
     if kind == "identities":
         return identities()
+    # A function whose gradient a test takes gets activations at these positions in every call, whatever
+    # the request (a value, a gradient, a timed loop, a memory count): made before the call, and before any
+    # clock or count starts, so that no call can be told from another by its inputs (issue 22).
+    activations = tuple(int(i) for i in header.get("activations", ()))
     if kind == "timed_prepare":  # untimed: the grader's clock starts with the timed_loop request after it
-        _prepared[:] = _copies(args, kwargs, int(header["n"]), float(header.get("offset", 0.0)))
+        _prepared[:] = [(_activated(a, activations), k) for a, k in
+                        _copies(args, kwargs, int(header["n"]), float(header.get("offset", 0.0)))]
         return None
     if kind == "stage":  # the next measurements' inputs, decoded now, so that the OS's count of their memory
-        _staged[:] = [(args, kwargs)]   # covers the calls alone (autograder.remote._measured_peak)
+        _staged[:] = [(_activated(args, activations), kwargs)]   # covers the calls alone (remote._measured_peak)
         return None
     if header.get("staged"):
         if not _staged:
             raise RuntimeError("the measurement's inputs were not staged")
         args, kwargs = _staged.pop() if header["staged"] == "last" else _staged[0]
+    elif kind in ("call", "peak_memory", "count_flops"):
+        args = _activated(args, activations)
+    if kind in ("peak_memory", "count_flops"):
+        measured = getattr(checks, kind)(_target(header), *args, **kwargs)
+        _modified.update(gradients.modified_positions(args, activations))
+        return measured
     fn = _target(header)
     if kind == "exists":
         return type(fn).__name__
@@ -314,18 +330,16 @@ def _run(header: dict, args, kwargs):
     if kind in ("call", "grad_of", "timed_loop"):
         # One path for plain calls, gradient calls and timed calls: the function is called by `_call`, called
         # here with the same locals, under the same grad mode, so its callers' frames do not say which it is.
-        calls, finish = _calls(kind, header, args, kwargs)
+        calls, finish = _calls(kind, header, args, kwargs, activations)
         result = None
         with wire.default_dtype(header.get("default_dtype")):   # the test's default dtype, for this call only
             for args, kwargs in calls:
                 result = _call(fn, args, kwargs)
+        for args, _ in calls if activations else ():   # after the loop: no check inside a timed one
+            _modified.update(gradients.modified_positions(args, activations))
         if header.get("discard"):   # only its cost was wanted (a memory watch): nothing to encode and send
             return None
         return finish(result)
-    if kind == "peak_memory":
-        return checks.peak_memory(fn, *args, **kwargs)
-    if kind == "count_flops":
-        return checks.count_flops(fn, *args, **kwargs)
     raise ValueError(f"unknown request kind {kind!r}")
 
 
@@ -336,7 +350,13 @@ def _call(fn, args, kwargs):
         return fn(*args, **kwargs)
 
 
-def _calls(kind: str, header: dict, args, kwargs):
+def _activated(args, positions: tuple[int, ...]) -> tuple:
+    from genlab.checks import gradients
+
+    return gradients.activation_inputs(args, positions)[0] if positions else tuple(args)
+
+
+def _calls(kind: str, header: dict, args, kwargs, activations: tuple[int, ...] = ()):
     """The calls a request makes, as (args, kwargs) pairs, and what turns the last result into the answer."""
     if kind == "call":
         return [(args, kwargs)], lambda result: result
@@ -352,10 +372,12 @@ def _calls(kind: str, header: dict, args, kwargs):
 
     kwargs = dict(kwargs)
     wrt, grad_output = kwargs.pop("wrt", (0,)), kwargs.pop("grad_output", None)
-    args, leaves = gradients.grad_inputs(args, wrt)
+    args, leaves = gradients.grad_inputs(args, wrt, also=activations)
     return [(args, kwargs)], lambda result: gradients.grads_from(result, leaves, grad_output)
 
 
+# The positions of the activations the last request's calls changed in place (reported as "modified").
+_modified: set = set()
 # The inputs of the next timed loop, one (args, kwargs) per call (see _copies).
 _prepared: list = []
 # The inputs of the next measurement (memory, FLOPs), as one (args, kwargs).
