@@ -137,6 +137,30 @@ def variance_as_std(model, xt, t, betas, alpha_bar, noise):
     return mean + variance * noise                   # sigma^2 * z where Algorithm 2 has sigma * z: too little noise
 
 
+# --- ddim_timesteps and ddim_step --------------------------------------------------------------------------
+def trailing_as_leading(num_train_steps, num_steps, spacing="trailing"):
+    if not 1 <= num_steps <= num_train_steps:
+        raise ValueError(f"num_steps must lie in 1..{num_train_steps}, got {num_steps}")
+    if spacing not in ("leading", "trailing"):
+        raise ValueError(f"unknown spacing {spacing!r}; valid spacings: 'leading', 'trailing'")
+    # both spacings laid out from 0 upwards in strides of T // n: index T - 1 is never visited
+    return (torch.arange(num_steps - 1, -1, -1) * (num_train_steps // num_steps)).long()
+
+
+def alpha_prev_of_previous_ddpm_step(model, xt, t, t_prev, alpha_bar, eta=0.0, noise=None):
+    shape = (-1,) + (1,) * (xt.dim() - 1)
+    eps = model(xt, t)
+    a_t = alpha_bar[t]
+    prev = t - 1                                     # the full chain's previous step, not the t_prev passed in
+    a_prev = torch.where(prev >= 0, alpha_bar[prev.clamp(min=0)], torch.ones_like(a_t))
+    sigma = eta * ((1 - a_prev) / (1 - a_t) * (1 - a_t / a_prev)).sqrt()
+    x0_hat = (xt - (1 - a_t).sqrt().view(shape) * eps) / a_t.sqrt().view(shape)
+    x_prev = a_prev.sqrt().view(shape) * x0_hat + (1 - a_prev - sigma ** 2).clamp(min=0).sqrt().view(shape) * eps
+    if eta > 0:
+        x_prev = x_prev + sigma.view(shape) * noise
+    return x_prev.to(xt.dtype)
+
+
 BODIES = {fn.__name__: fn for fn in (
     unclipped_cosine,
     scaled_linear_typo,
@@ -150,4 +174,6 @@ BODIES = {fn.__name__: fn for fn in (
     x0_as_target,
     alpha_bar_in_mean,
     variance_as_std,
+    trailing_as_leading,
+    alpha_prev_of_previous_ddpm_step,
 )}

@@ -219,6 +219,43 @@ def p_sample_step(model, xt, t, betas, alpha_bar, noise):
     "x0_as_target": {"ddpm_loss": bug_cell("lab2_diffusion", "x0_as_target")},
     "alpha_bar_in_mean": {"p_sample_step": bug_cell("lab2_diffusion", "alpha_bar_in_mean")},
     "variance_as_std": {"p_sample_step": bug_cell("lab2_diffusion", "variance_as_std")},
+
+    # --- DDIM: correct variants, then one sample per catalogued bug ---------------------------------------------
+    # the step from x_t and eps_hat directly, x0_hat substituted in (the "direction" written as one coefficient);
+    # the timesteps with NumPy, as diffusers builds them
+    "ddim_direction_form": {"ddim_step": '''
+def ddim_step(model, xt, t, t_prev, alpha_bar, eta=0.0, noise=None):
+    ab = alpha_bar.to(xt.device)
+    view = lambda c: c.reshape(-1, *([1] * (xt.dim() - 1)))
+    eps = model(xt, t)
+    a_t = ab[t.to(xt.device)]
+    a_s = torch.ones_like(a_t)
+    later = t_prev.to(xt.device) >= 0
+    a_s[later] = ab[t_prev.to(xt.device)[later]]
+    var = eta ** 2 * (1 - a_s) / (1 - a_t) * (1 - a_t / a_s)
+    coef_x = (a_s / a_t).sqrt()
+    coef_eps = (1 - a_s - var).clamp(min=0).sqrt() - (a_s * (1 - a_t) / a_t).sqrt()
+    out = view(coef_x) * xt + view(coef_eps) * eps
+    if eta > 0:
+        out = out + view(var.sqrt()) * (noise if noise is not None else torch.randn_like(xt))
+    return out.to(xt.dtype)
+''', "ddim_timesteps": '''
+import numpy as np
+
+
+def ddim_timesteps(num_train_steps, num_steps, spacing="trailing"):
+    if spacing not in ("leading", "trailing"):
+        raise ValueError(f"spacing must be 'leading' or 'trailing', not {spacing!r}")
+    if num_steps < 1 or num_steps > num_train_steps:
+        raise ValueError("need 1 <= num_steps <= num_train_steps")
+    if spacing == "leading":
+        steps = np.arange(0, num_steps) * (num_train_steps // num_steps)
+        return torch.from_numpy(steps[::-1].copy()).long()
+    steps = np.round(np.arange(num_train_steps, 0, -num_train_steps / num_steps)) - 1
+    return torch.from_numpy(steps).long()
+'''},
+    "trailing_as_leading": {"ddim_timesteps": bug_cell("lab2_diffusion", "trailing_as_leading")},
+    "alpha_prev_of_previous_ddpm_step": {"ddim_step": bug_cell("lab2_diffusion", "alpha_prev_of_previous_ddpm_step")},
 }
 
 FULL = {"full": True}
@@ -246,6 +283,9 @@ EXPECTED = {
     "x0_as_target": _bug("x0_as_target", "ddpm_loss"),
     "alpha_bar_in_mean": _bug("alpha_bar_in_mean", "p_sample_step"),
     "variance_as_std": _bug("variance_as_std", "p_sample_step"),
+    "ddim_direction_form": FULL,
+    "trailing_as_leading": _bug("trailing_as_leading", "ddim_timesteps"),
+    "alpha_prev_of_previous_ddpm_step": _bug("alpha_prev_of_previous_ddpm_step", "ddim_step"),
 }
 
 # A bug in q_sample also fails ddpm_loss's tests (it noises with your q_sample); one in q_posterior fails

@@ -117,6 +117,21 @@ def variance_as_std(p_sample_step, q_posterior, model, xt, t, betas, alpha_bar, 
     return p_sample_step(model, xt, t, betas, alpha_bar, variance.sqrt() * noise)
 
 
+# --- ddim_timesteps and ddim_step ---------------------------------------------------------------------------
+@edit("ddim_timesteps")
+def trailing_as_leading(ddim_timesteps, num_train_steps, num_steps, spacing="trailing"):
+    # "trailing" laid out from 0 upwards in strides of T // n, as "leading" is: the schedule never visits the last
+    # index T - 1, where the sampler's pure noise belongs
+    return ddim_timesteps(num_train_steps, num_steps, "leading" if spacing == "trailing" else spacing)
+
+
+@edit("ddim_step")
+def alpha_prev_of_previous_ddpm_step(ddim_step, model, xt, t, t_prev, alpha_bar, eta=0.0, noise=None):
+    # the previous state's alpha_bar read at t - 1, the previous step of the full chain, whatever t_prev the
+    # strided schedule visits next: your step, told that t_prev is t - 1
+    return ddim_step(model, xt, t, t - 1, alpha_bar, eta, noise)
+
+
 BUGS = [
     Bug("unclipped_cosine", "make_beta_schedule", "cosine schedule without the 0.999 clip",
         "alpha_bar(T) = cos^2(pi/2) is 0, so the last beta is 1: alpha_bar_T = 0 and 1/sqrt(alpha_bar_T) "
@@ -210,4 +225,23 @@ BUGS = [
         "Ho et al. 2020, Algorithm 2 line 4 (+ sigma_t z); diffusers DDPMScheduler.step "
         "(how it scales variance_noise)",
         variance_as_std),
+    Bug("trailing_as_leading", "ddim_timesteps", "trailing spacing laid out as leading: index T - 1 is never visited",
+        "the schedule starts at (n - 1) * (T // n) (900 for T = 1000, n = 10), not at T - 1: the sampler starts from pure "
+        "noise but tells the network it is at an earlier step, where alpha_bar is not yet its smallest.",
+        "a trailing schedule starts at the last index, T - 1, and steps down by T / n: check where yours starts and "
+        "from which end it is laid out.",
+        "Lin et al. 2023, Common Diffusion Noise Schedules and Sample Steps Are Flawed, Sec. 3.3 and Table 2; "
+        "diffusers issue #2585 (DDIM timesteps that start at 980, never at 999)",
+        trailing_as_leading),
+    Bug("alpha_prev_of_previous_ddpm_step", "ddim_step",
+        "the previous state's alpha_bar read at t - 1, not at t_prev",
+        "in a strided schedule each step moves x_t only as far as one step of the full chain (alpha_bar[t - 1] in "
+        "place of alpha_bar[t_prev]), so a sampler of 10 steps removes a small part of the noise and its samples "
+        "stay noisy.",
+        "check which entry of the table your step reads for the previous state: the sampler passes t_prev, which is "
+        "t - 1 only when every step is visited.",
+        "diffusers issues #11347 and #12633 (DDIMScheduler.step's previous timestep, t - T // n, is not the "
+        "schedule's next one for linspace spacing, so every step read alpha_prod_t_prev at the wrong index); "
+        "lucidrains/denoising-diffusion-pytorch issue #81 (its DDIM sampler read a table shifted by one step)",
+        alpha_prev_of_previous_ddpm_step),
 ]
