@@ -14,7 +14,7 @@ from torch import nn
 
 from genlab.features import DigitFeatureNet
 
-__all__ = ["time_features", "TinyDenoiser", "OracleDenoiser", "PrefixLM", "WIRE_MODELS"]
+__all__ = ["time_features", "TinyDenoiser", "ConditionalTinyDenoiser", "OracleDenoiser", "PrefixLM", "WIRE_MODELS"]
 
 
 def time_features(t: torch.Tensor, dim: int, max_period: float = 10_000.0) -> torch.Tensor:
@@ -53,6 +53,32 @@ class TinyDenoiser(nn.Module):
         emb = time_features(t.to(x_t.device), self.config["time_dim"])
         h = nn.functional.silu(self.inp(x_t.flatten(1).to(self.inp.weight.dtype)) + self.t1(emb))
         h = nn.functional.silu(self.mid(h) + self.t2(emb))
+        return self.out(h).view_as(x_t).to(x_t.dtype)
+
+
+class ConditionalTinyDenoiser(TinyDenoiser):
+    """:class:`TinyDenoiser` told the class too: ``forward(x_t, t, y)`` adds an embedding of the label ``y`` to
+    the first hidden layer. ``num_classes`` labels are the digits; label ``num_classes`` is the *null* label, the
+    "no class given" of classifier-free guidance (Ho & Salimans 2022), which training must show it (Lab 2's
+    ``drop_labels``). ``seed`` fixes the initial weights without touching the global random generator.
+    """
+
+    def __init__(self, num_classes: int = 10, dim: int = 64, hidden: int = 128, time_dim: int = 32, seed: int = 0):
+        super().__init__(dim=dim, hidden=hidden, time_dim=time_dim, seed=seed)
+        self.config["num_classes"] = num_classes
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed + 1)
+            self.label = nn.Embedding(num_classes + 1, hidden)
+
+    @property
+    def null_label(self) -> int:
+        return self.config["num_classes"]
+
+    def forward(self, x_t: torch.Tensor, t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        # in the weights' dtype, so that a model made float64 with .double() computes in float64
+        emb = time_features(t.to(x_t.device), self.config["time_dim"]).to(self.inp.weight.dtype)
+        h = self.inp(x_t.flatten(1).to(self.inp.weight.dtype)) + self.t1(emb) + self.label(y.to(x_t.device))
+        h = nn.functional.silu(self.mid(nn.functional.silu(h)) + self.t2(emb))
         return self.out(h).view_as(x_t).to(x_t.dtype)
 
 
@@ -110,4 +136,5 @@ class PrefixLM(nn.Module):
 
 
 # The classes the test wire may rebuild in a student's kernel (name -> class); Lab 5's feature network included.
-WIRE_MODELS = {cls.__name__: cls for cls in (TinyDenoiser, OracleDenoiser, PrefixLM, DigitFeatureNet)}
+WIRE_MODELS = {cls.__name__: cls for cls in (TinyDenoiser, ConditionalTinyDenoiser, OracleDenoiser, PrefixLM,
+                                             DigitFeatureNet)}

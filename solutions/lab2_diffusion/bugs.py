@@ -161,6 +161,23 @@ def alpha_prev_of_previous_ddpm_step(model, xt, t, t_prev, alpha_bar, eta=0.0, n
     return x_prev.to(xt.dtype)
 
 
+# --- drop_labels and cfg_eps ------------------------------------------------------------------------------
+def labels_never_dropped(y, p_uncond, null_label, generator=None):
+    torch.rand(y.shape, generator=generator)         # the draws are made, and ignored: no label is ever dropped
+    return y.clone()
+
+
+def guidance_halves_swapped(model, x, t, y, guidance_scale, null_label):
+    both = model(torch.cat([x, x]), torch.cat([t, t]), torch.cat([y, torch.full_like(y, null_label)]))
+    eps_u, eps_c = both.chunk(2)                     # the batch was built [conditional, null]: read backwards
+    return eps_u + guidance_scale * (eps_c - eps_u)
+
+
+def guidance_scale_as_w(model, x, t, y, guidance_scale, null_label):
+    eps_c, eps_u = model(x, t, y), model(x, t, torch.full_like(y, null_label))
+    return (1 + guidance_scale) * eps_c - guidance_scale * eps_u   # Ho & Salimans' w where diffusers' s is meant
+
+
 BODIES = {fn.__name__: fn for fn in (
     unclipped_cosine,
     scaled_linear_typo,
@@ -176,4 +193,7 @@ BODIES = {fn.__name__: fn for fn in (
     variance_as_std,
     trailing_as_leading,
     alpha_prev_of_previous_ddpm_step,
+    labels_never_dropped,
+    guidance_halves_swapped,
+    guidance_scale_as_w,
 )}

@@ -255,6 +255,22 @@ def ddim_timesteps(num_train_steps, num_steps, spacing="trailing"):
     return torch.from_numpy(steps).long()
 '''},
     "trailing_as_leading": {"ddim_timesteps": bug_cell("lab2_diffusion", "trailing_as_leading")},
+    # --- classifier-free guidance: two calls instead of one batched call, and the dropout drawn with bernoulli
+    "cfg_two_calls": {"cfg_eps": '''
+def cfg_eps(model, x, t, y, guidance_scale, null_label):
+    eps_uncond = model(x, t, torch.full_like(y, null_label))
+    eps_cond = model(x, t, y)
+    return torch.lerp(eps_uncond, eps_cond, guidance_scale)
+''', "drop_labels": '''
+def drop_labels(y, p_uncond, null_label, generator=None):
+    keep = torch.bernoulli(torch.full(y.shape, 1.0 - p_uncond), generator=generator).bool()
+    out = y.clone()
+    out[~keep] = null_label
+    return out
+'''},
+    "labels_never_dropped": {"drop_labels": bug_cell("lab2_diffusion", "labels_never_dropped")},
+    "guidance_halves_swapped": {"cfg_eps": bug_cell("lab2_diffusion", "guidance_halves_swapped")},
+    "guidance_scale_as_w": {"cfg_eps": bug_cell("lab2_diffusion", "guidance_scale_as_w")},
     "alpha_prev_of_previous_ddpm_step": {"ddim_step": bug_cell("lab2_diffusion", "alpha_prev_of_previous_ddpm_step")},
 }
 
@@ -286,6 +302,10 @@ EXPECTED = {
     "ddim_direction_form": FULL,
     "trailing_as_leading": _bug("trailing_as_leading", "ddim_timesteps"),
     "alpha_prev_of_previous_ddpm_step": _bug("alpha_prev_of_previous_ddpm_step", "ddim_step"),
+    "cfg_two_calls": FULL,
+    "labels_never_dropped": _bug("labels_never_dropped", "drop_labels"),
+    "guidance_halves_swapped": _bug("guidance_halves_swapped", "cfg_eps"),
+    "guidance_scale_as_w": _bug("guidance_scale_as_w", "cfg_eps"),
 }
 
 # A bug in q_sample also fails ddpm_loss's tests (it noises with your q_sample); one in q_posterior fails

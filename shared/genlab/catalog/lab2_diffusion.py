@@ -132,6 +132,27 @@ def alpha_prev_of_previous_ddpm_step(ddim_step, model, xt, t, t_prev, alpha_bar,
     return ddim_step(model, xt, t, t - 1, alpha_bar, eta, noise)
 
 
+# --- drop_labels and cfg_eps ------------------------------------------------------------------------------
+@edit("drop_labels")
+def labels_never_dropped(drop_labels, y, p_uncond, null_label, generator=None):
+    # the labels passed through: p_uncond ignored, so training never shows the network the null label
+    return drop_labels(y, 0.0, null_label, generator)
+
+
+@edit("cfg_eps")
+def guidance_halves_swapped(cfg_eps, model, x, t, y, guidance_scale, null_label):
+    # the two halves of the batched call read in the wrong order: eps_c + s (eps_u - eps_c), which is your
+    # guidance at scale 1 - s (scale 1 then gives the unconditional prediction)
+    return cfg_eps(model, x, t, y, 1.0 - guidance_scale, null_label)
+
+
+@edit("cfg_eps")
+def guidance_scale_as_w(cfg_eps, model, x, t, y, guidance_scale, null_label):
+    # the scale used as Ho & Salimans' w: (1 + s) eps_c - s eps_u, your guidance at scale s + 1 (scale 1 then
+    # guides, where it should give the conditional prediction)
+    return cfg_eps(model, x, t, y, guidance_scale + 1.0, null_label)
+
+
 BUGS = [
     Bug("unclipped_cosine", "make_beta_schedule", "cosine schedule without the 0.999 clip",
         "alpha_bar(T) = cos^2(pi/2) is 0, so the last beta is 1: alpha_bar_T = 0 and 1/sqrt(alpha_bar_T) "
@@ -244,4 +265,27 @@ BUGS = [
         "schedule's next one for linspace spacing, so every step read alpha_prod_t_prev at the wrong index); "
         "lucidrains/denoising-diffusion-pytorch issue #81 (its DDIM sampler read a table shifted by one step)",
         alpha_prev_of_previous_ddpm_step),
+    Bug("labels_never_dropped", "drop_labels", "labels never dropped: the null label is never trained",
+        "with p_uncond ignored every training label is a digit, so eps(x, t, null) is an untrained embedding's guess, "
+        "and guidance extrapolates away from it instead of away from the unconditional prediction.",
+        "check that each label is replaced by null_label with probability p_uncond: the share of null labels in the "
+        "result should be about p_uncond.",
+        "Ho & Salimans 2022, Classifier-Free Diffusion Guidance, Algorithm 1 (c <- null with probability p_uncond)",
+        labels_never_dropped),
+    Bug("guidance_halves_swapped", "cfg_eps", "the conditional and unconditional halves swapped",
+        "eps_c + s (eps_u - eps_c) is guidance at scale 1 - s: scale 1 gives the unconditional prediction and larger "
+        "scales push the samples away from the class asked for.",
+        "check which half of the batched output (or which call) is the conditional prediction: the labels y, or the "
+        "null label.",
+        "diffusers PR #667 (its CLIP-guided pipeline took the unconditional half of the batched embeddings where the "
+        "text half was meant); diffusers pipelines: noise_pred_uncond, noise_pred_text = noise_pred.chunk(2)",
+        guidance_halves_swapped),
+    Bug("guidance_scale_as_w", "cfg_eps", "the guidance scale used as the paper's w (1 + w convention mixed up)",
+        "(1 + s) eps_c - s eps_u is guidance at scale s + 1: scale 1, which should be the plain conditional "
+        "prediction, already guides, and every scale is one too large.",
+        "this lab uses diffusers' scale s (eps_u + s (eps_c - eps_u)); Ho & Salimans' w is s - 1: check which one "
+        "your formula uses.",
+        "Ho & Salimans 2022, eq. 6 ((1 + w) eps_c - w eps_u); diffusers issue #5882 and stable-dreamfusion issue #32 "
+        "(the two conventions mixed up)",
+        guidance_scale_as_w),
 ]

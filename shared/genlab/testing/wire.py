@@ -234,7 +234,7 @@ _MODULES = {cls.__name__: cls for cls in (
     torch.nn.ReLU, torch.nn.GELU, torch.nn.Tanh, torch.nn.SiLU, torch.nn.Sigmoid, torch.nn.Dropout,
     torch.nn.LayerNorm, torch.nn.Embedding, torch.nn.Flatten, torch.nn.Conv2d, torch.nn.BatchNorm2d)}
 # genlab's own small models (trusted code, shipped in this package; children are allow-listed torch.nn modules):
-# Lab 2's ddpm_loss(model, ...) and p_sample_step(model, ...) are tested with them.
+# Lab 2's ddpm_loss(model, ...) and p_sample_step(model, ...) are tested with them, cfg_eps with ConditionalTinyDenoiser.
 # Lab 3's generate(model, ...) with a KV cache is tested with PrefixLM (it has a decode method).
 # Lab 5's extract_features(model, ...) with DigitFeatureNet (BatchNorm: its mode changes its outputs).
 _MODULES.update(_genlab_models.WIRE_MODELS)
@@ -257,6 +257,7 @@ _INIT_ARGS = {
                               "momentum": None if m.momentum is None else float(m.momentum),
                               "affine": m.affine, "track_running_stats": m.track_running_stats},
     "TinyDenoiser": lambda m: {k: int(v) for k, v in m.config.items()},
+    "ConditionalTinyDenoiser": lambda m: {k: int(v) for k, v in m.config.items()},
     "PrefixLM": lambda m: {k: int(v) for k, v in m.config.items()},
 }
 
@@ -292,8 +293,13 @@ def decode_module(tree: dict, tensors: dict[str, torch.Tensor], shared: dict) ->
     if cls is None:
         raise ValueError(f"malformed message: {tree.get('__module__')!r} is not an allowed torch.nn module")
     init = {str(k): _plain(v, f"argument {k}") for k, v in dict(tree.get("init", {})).items()}
-    if cls in (torch.nn.Linear, torch.nn.LayerNorm, torch.nn.Embedding, torch.nn.Conv2d, torch.nn.BatchNorm2d):
+    if cls in (torch.nn.Linear, torch.nn.LayerNorm, torch.nn.Conv2d, torch.nn.BatchNorm2d):
         init["device"] = "meta"  # nothing to allocate or draw: the parameters and buffers arrive below
+    if cls is torch.nn.Embedding and isinstance(init.get("num_embeddings"), int) and isinstance(
+            init.get("embedding_dim"), int):
+        # a weight given skips reset_parameters, whose normal_ on a meta tensor imports torch._refs: 0.85 s of
+        # a kernel's first Embedding, measured (the weight arrives below)
+        init["_weight"] = torch.empty((init["num_embeddings"], init["embedding_dim"]), device="meta")
     # genlab's models build their children themselves: that must not move the kernel's random generator either
     with torch.random.fork_rng(devices=[]):
         module = cls(**init)
