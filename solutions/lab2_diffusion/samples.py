@@ -268,6 +268,26 @@ def drop_labels(y, p_uncond, null_label, generator=None):
     out[~keep] = null_label
     return out
 '''},
+    # the sampling loop over indices, the clip with torch.where
+    "ddim_loop_variant": {"ddim_sample": '''
+def ddim_sample(model, x_T, alpha_bar, num_steps, spacing="trailing", eta=0.0, generator=None):
+    steps = ddim_timesteps(len(alpha_bar), num_steps, spacing)
+    x = x_T
+    for i in range(len(steps)):
+        t = steps[i].repeat(x.shape[0]).to(x.device)
+        t_prev = (steps[i + 1] if i + 1 < len(steps) else torch.tensor(-1)).repeat(x.shape[0]).to(x.device)
+        z = None
+        if eta > 0:
+            z = torch.randn(x_T.shape, generator=generator).to(dtype=x_T.dtype, device=x_T.device)
+        x = ddim_step(model, x, t, t_prev, alpha_bar, eta=eta, noise=z)
+    return x
+''', "clip_x0_noise": '''
+def clip_x0_noise(eps_hat, xt, t, alpha_bar, limit=1.0):
+    ab = alpha_bar.to(xt.device)[t.to(xt.device)].reshape(-1, *([1] * (xt.dim() - 1)))
+    x0 = (xt - torch.sqrt(1 - ab) * eps_hat) / torch.sqrt(ab)
+    x0 = torch.where(x0 > limit, limit, torch.where(x0 < -limit, -limit, x0))
+    return ((xt - torch.sqrt(ab) * x0) / torch.sqrt(1 - ab)).to(xt.dtype)
+'''},
     "labels_never_dropped": {"drop_labels": bug_cell("lab2_diffusion", "labels_never_dropped")},
     "guidance_halves_swapped": {"cfg_eps": bug_cell("lab2_diffusion", "guidance_halves_swapped")},
     "guidance_scale_as_w": {"cfg_eps": bug_cell("lab2_diffusion", "guidance_scale_as_w")},
@@ -302,7 +322,7 @@ EXPECTED = {
     "ddim_direction_form": FULL,
     "trailing_as_leading": _bug("trailing_as_leading", "ddim_timesteps"),
     "alpha_prev_of_previous_ddpm_step": _bug("alpha_prev_of_previous_ddpm_step", "ddim_step"),
-    "cfg_two_calls": FULL,
+    "cfg_two_calls": FULL, "ddim_loop_variant": FULL,
     "labels_never_dropped": _bug("labels_never_dropped", "drop_labels"),
     "guidance_halves_swapped": _bug("guidance_halves_swapped", "cfg_eps"),
     "guidance_scale_as_w": _bug("guidance_scale_as_w", "cfg_eps"),
@@ -310,8 +330,9 @@ EXPECTED = {
 
 # A bug in q_sample also fails ddpm_loss's tests (it noises with your q_sample); one in q_posterior fails
 # p_sample_step's (the reference's step calls it); the visible tests of both build alpha_bar with your
-# alpha_bar_from_betas.
-DEPENDS = {"ddpm_loss": ["q_sample", "alpha_bar_from_betas"], "p_sample_step": ["q_posterior", "alpha_bar_from_betas"]}
+# alpha_bar_from_betas. ddim_sample calls your ddim_timesteps and ddim_step.
+DEPENDS = {"ddpm_loss": ["q_sample", "alpha_bar_from_betas"], "p_sample_step": ["q_posterior", "alpha_bar_from_betas"],
+           "ddim_sample": ["ddim_step", "ddim_timesteps"]}
 
 
 def _student(name: str) -> str:

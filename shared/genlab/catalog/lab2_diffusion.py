@@ -247,8 +247,8 @@ BUGS = [
         "(how it scales variance_noise)",
         variance_as_std),
     Bug("trailing_as_leading", "ddim_timesteps", "trailing spacing laid out as leading: index T - 1 is never visited",
-        "the schedule starts at (n - 1) * (T // n) (900 for T = 1000, n = 10), not at T - 1: the sampler starts from pure "
-        "noise but tells the network it is at an earlier step, where alpha_bar is not yet its smallest.",
+        "the schedule starts at (n - 1) * (T // n) (900 for T = 1000, n = 10), not at T - 1: the sampler starts "
+        "from pure noise but tells the network it is at an earlier step, where alpha_bar is not yet its smallest.",
         "a trailing schedule starts at the last index, T - 1, and steps down by T / n: check where yours starts and "
         "from which end it is laid out.",
         "Lin et al. 2023, Common Diffusion Noise Schedules and Sample Steps Are Flawed, Sec. 3.3 and Table 2; "

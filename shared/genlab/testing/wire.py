@@ -234,7 +234,8 @@ _MODULES = {cls.__name__: cls for cls in (
     torch.nn.ReLU, torch.nn.GELU, torch.nn.Tanh, torch.nn.SiLU, torch.nn.Sigmoid, torch.nn.Dropout,
     torch.nn.LayerNorm, torch.nn.Embedding, torch.nn.Flatten, torch.nn.Conv2d, torch.nn.BatchNorm2d)}
 # genlab's own small models (trusted code, shipped in this package; children are allow-listed torch.nn modules):
-# Lab 2's ddpm_loss(model, ...) and p_sample_step(model, ...) are tested with them, cfg_eps with ConditionalTinyDenoiser.
+# Lab 2's ddpm_loss(model, ...) and p_sample_step(model, ...) are tested with them, cfg_eps with
+# ConditionalTinyDenoiser.
 # Lab 3's generate(model, ...) with a KV cache is tested with PrefixLM (it has a decode method).
 # Lab 5's extract_features(model, ...) with DigitFeatureNet (BatchNorm: its mode changes its outputs).
 _MODULES.update(_genlab_models.WIRE_MODELS)
