@@ -147,6 +147,14 @@ def trailing_as_leading(num_train_steps, num_steps, spacing="trailing"):
     return (torch.arange(num_steps - 1, -1, -1) * (num_train_steps // num_steps)).long()
 
 
+def sigma_from_one_step_beta(alpha_bar, t, t_prev, eta):
+    a_t = alpha_bar[t]
+    a_prev = torch.where(t_prev >= 0, alpha_bar[t_prev.clamp(min=0)], torch.ones_like(a_t))
+    a_before = torch.where(t >= 1, alpha_bar[(t - 1).clamp(min=0)], torch.ones_like(a_t))
+    beta_t = 1 - a_t / a_before                      # one step of the full chain, not the jump from t_prev to t
+    return eta * ((1 - a_prev) / (1 - a_t) * beta_t).sqrt()
+
+
 def alpha_prev_of_previous_ddpm_step(model, xt, t, t_prev, alpha_bar, eta=0.0, noise=None):
     shape = (-1,) + (1,) * (xt.dim() - 1)
     eps = model(xt, t)
@@ -192,6 +200,7 @@ BODIES = {fn.__name__: fn for fn in (
     alpha_bar_in_mean,
     variance_as_std,
     trailing_as_leading,
+    sigma_from_one_step_beta,
     alpha_prev_of_previous_ddpm_step,
     labels_never_dropped,
     guidance_halves_swapped,

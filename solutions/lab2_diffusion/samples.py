@@ -222,7 +222,7 @@ def p_sample_step(model, xt, t, betas, alpha_bar, noise):
 
     # --- DDIM: correct variants, then one sample per catalogued bug ---------------------------------------------
     # the step from x_t and eps_hat directly, x0_hat substituted in (the "direction" written as one coefficient);
-    # the timesteps with NumPy, as diffusers builds them
+    # sigma from a table padded with 1 at index -1; the timesteps with NumPy, as diffusers builds them
     "ddim_direction_form": {"ddim_step": '''
 def ddim_step(model, xt, t, t_prev, alpha_bar, eta=0.0, noise=None):
     ab = alpha_bar.to(xt.device)
@@ -239,6 +239,12 @@ def ddim_step(model, xt, t, t_prev, alpha_bar, eta=0.0, noise=None):
     if eta > 0:
         out = out + view(var.sqrt()) * (noise if noise is not None else torch.randn_like(xt))
     return out.to(xt.dtype)
+''', "ddim_sigma": '''
+def ddim_sigma(alpha_bar, t, t_prev, eta):
+    padded = torch.cat([alpha_bar.new_ones(1), alpha_bar])       # padded[0] = 1: the clean image
+    a_t, a_s = padded[t + 1], padded[(t_prev + 1).clamp(min=0)]
+    variance = (1 - a_s) / (1 - a_t) * (1 - a_t / a_s)           # diffusers' _get_variance
+    return eta * torch.sqrt(variance)
 ''', "ddim_timesteps": '''
 import numpy as np
 
@@ -292,6 +298,7 @@ def clip_x0_noise(eps_hat, xt, t, alpha_bar, limit=1.0):
     "guidance_halves_swapped": {"cfg_eps": bug_cell("lab2_diffusion", "guidance_halves_swapped")},
     "guidance_scale_as_w": {"cfg_eps": bug_cell("lab2_diffusion", "guidance_scale_as_w")},
     "alpha_prev_of_previous_ddpm_step": {"ddim_step": bug_cell("lab2_diffusion", "alpha_prev_of_previous_ddpm_step")},
+    "sigma_from_one_step_beta": {"ddim_sigma": bug_cell("lab2_diffusion", "sigma_from_one_step_beta")},
 }
 
 FULL = {"full": True}
@@ -322,6 +329,7 @@ EXPECTED = {
     "ddim_direction_form": FULL,
     "trailing_as_leading": _bug("trailing_as_leading", "ddim_timesteps"),
     "alpha_prev_of_previous_ddpm_step": _bug("alpha_prev_of_previous_ddpm_step", "ddim_step"),
+    "sigma_from_one_step_beta": _bug("sigma_from_one_step_beta", "ddim_sigma"),
     "cfg_two_calls": FULL, "ddim_loop_variant": FULL,
     "labels_never_dropped": _bug("labels_never_dropped", "drop_labels"),
     "guidance_halves_swapped": _bug("guidance_halves_swapped", "cfg_eps"),
@@ -330,9 +338,9 @@ EXPECTED = {
 
 # A bug in q_sample also fails ddpm_loss's tests (it noises with your q_sample); one in q_posterior fails
 # p_sample_step's (the reference's step calls it); the visible tests of both build alpha_bar with your
-# alpha_bar_from_betas. ddim_sample calls your ddim_timesteps and ddim_step.
+# alpha_bar_from_betas. ddim_step calls your ddim_sigma, and ddim_sample your ddim_timesteps and ddim_step.
 DEPENDS = {"ddpm_loss": ["q_sample", "alpha_bar_from_betas"], "p_sample_step": ["q_posterior", "alpha_bar_from_betas"],
-           "ddim_sample": ["ddim_step", "ddim_timesteps"]}
+           "ddim_step": ["ddim_sigma"], "ddim_sample": ["ddim_step", "ddim_timesteps", "ddim_sigma"]}
 
 
 def _student(name: str) -> str:

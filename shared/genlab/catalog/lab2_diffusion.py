@@ -125,6 +125,17 @@ def trailing_as_leading(ddim_timesteps, num_train_steps, num_steps, spacing="tra
     return ddim_timesteps(num_train_steps, num_steps, "leading" if spacing == "trailing" else spacing)
 
 
+@edit("ddim_sigma")
+def sigma_from_one_step_beta(ddim_sigma, alpha_bar, t, t_prev, eta):
+    # eq. 16 with the full chain's one-step beta_t = 1 - alpha_bar_t / alpha_bar_{t-1} in place of the strided jump's
+    # 1 - alpha_bar_t / alpha_bar_prev (the factor (1 - alpha_bar_prev) / (1 - alpha_bar_t) kept): your sigma of the
+    # step t -> t - 1, times sqrt((1 - alpha_bar_prev) / (1 - alpha_bar_{t-1}))
+    padded = torch.cat([alpha_bar.new_ones(1), alpha_bar])     # padded[k + 1] is index k; padded[0] = 1, index -1
+    before = 1 - padded[t]                                      # 1 - alpha_bar_{t-1}
+    ratio = torch.where(before > 0, (1 - padded[(t_prev + 1).clamp(min=0)]) / before.clamp(min=1e-300), torch.zeros_like(before))
+    return ddim_sigma(alpha_bar, t, t - 1, eta) * ratio.sqrt()
+
+
 @edit("ddim_step")
 def alpha_prev_of_previous_ddpm_step(ddim_step, model, xt, t, t_prev, alpha_bar, eta=0.0, noise=None):
     # the previous state's alpha_bar read at t - 1, the previous step of the full chain, whatever t_prev the
@@ -254,6 +265,17 @@ BUGS = [
         "Lin et al. 2023, Common Diffusion Noise Schedules and Sample Steps Are Flawed, Sec. 3.3 and Table 2; "
         "diffusers issue #2585 (DDIM timesteps that start at 980, never at 999)",
         trailing_as_leading),
+    Bug("sigma_from_one_step_beta", "ddim_sigma",
+        "sigma from the one-step beta_t, 1 - alpha_bar_t / alpha_bar_{t-1}, not the strided 1 - alpha_bar_t / alpha_bar_prev",
+        "beta_t is the noise one step of the full chain adds, not what a strided jump adds: for 10 steps of the linear "
+        "schedule sigma comes out several times too small, so eta = 1 is nearly deterministic and its samples keep "
+        "the deterministic sampler's artefacts.",
+        "check the last factor of eq. 16: it is 1 - alpha_bar_t / alpha_bar_prev, with the t_prev the sampler passes, "
+        "which equals beta_t only when t_prev = t - 1.",
+        "diffusers PR #3006 (DDPMScheduler: 'when skipping timesteps, self.betas[t] is the wrong beta') and issue "
+        "#5130 (its current_beta_t, from alpha_prod_t / alpha_prod_t_prev, differs from self.betas[t]); diffusers PR "
+        "#2076 (DDPMScheduler with fewer inference steps computed the variance from t - 1: its images were noise)",
+        sigma_from_one_step_beta),
     Bug("alpha_prev_of_previous_ddpm_step", "ddim_step",
         "the previous state's alpha_bar read at t - 1, not at t_prev",
         "in a strided schedule each step moves x_t only as far as one step of the full chain (alpha_bar[t - 1] in "
