@@ -67,7 +67,8 @@ def cmd_grade(args) -> int:
     try:
         results = grade_all(root, Path(args.submissions), Path(args.out), workers=args.workers,
                             labs=args.lab or None, limits=limits, progress=not args.quiet, unsafe=args.unsafe,
-                            db_url=db, shard=parse_shard(args.shard))
+                            db_url=db, shard=parse_shard(args.shard),
+                            course_toml=Path(args.course) if args.course else None)
     except SandboxUnavailable as exc:
         print(f"genlab grade: {exc}", file=sys.stderr)
         return 2
@@ -220,6 +221,8 @@ def main(argv=None) -> int:
                                 "also read from $GENLAB_DB)")
     p.add_argument("--shard", default="0/1", help="I/N: grade only shard I of N of the students")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--course", help="the course.toml whose [deadlines] apply to this run (default: autograder/course.toml; "
+                   "its [limits] always come from autograder/course.toml)")
     p.set_defaults(func=cmd_grade)
 
     p = sub.add_parser("audit", help="mutation audit of a lab's own tests: which small bugs in the reference "

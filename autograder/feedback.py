@@ -177,10 +177,11 @@ _HEADER_SCORE = re.compile(r"(<h4>[^<]*?)\(Score: [^)<]*\)(</h4>)")
 
 
 def _one_score_line(page: Path, line: str) -> None:
-    """The page's nbgrader header ("lab1_vae (Score: 19.0 / 34.0)") made to carry the summary's score line."""
+    """The page's nbgrader header ("lab1_vae (Score: 19.0 / 34.0)") made to carry the summary's score line
+    ("lab1_vae — Score: 19 / 29 autograded; ..."): the line has parentheses of its own."""
     if page.is_file():
         text = page.read_text()
-        page.write_text(_HEADER_SCORE.sub(lambda m: f"{m[1]}({html.escape(line)}){m[2]}", text, count=1))
+        page.write_text(_HEADER_SCORE.sub(lambda m: f"{m[1]}— {html.escape(line)}{m[2]}", text, count=1))
 
 
 def _write_reason_pages(out: Path, results, scores=None, lates=None) -> None:
@@ -258,11 +259,12 @@ def write_feedback(out: Path, db_url: str, results, pool: ProcessPoolExecutor | 
 
 
 def write_outputs(root: Path, out: Path, results: list[Result], labs: list[str], db_url: str | None = None,
-                  workers: int = 1, submissions: Path | None = None) -> None:
+                  workers: int = 1, submissions: Path | None = None, course_toml: Path | None = None) -> None:
     """Everything a grading run leaves in ``out``: grades.csv, results.json, the gradebook, feedback pages and
     the class report. The pages and the report are drawn by one process per core this process may use (or per
     worker, if more): grading is over, so its workers' cores are free. With ``submissions`` (the graded
-    ``submitted/`` tree), course.toml's deadlines are applied from its timestamp.txt files (autograder.late)."""
+    ``submitted/`` tree), the deadlines of ``course_toml`` (default: autograder/course.toml) are applied from its
+    timestamp.txt files (autograder.late)."""
     warnings.filterwarnings("ignore", module="nbgrader.*")  # SQLAlchemy notices from nbgrader's own code
     with (out / "grades.csv").open("w", newline="") as f:
         writer = csv.writer(f)
@@ -273,7 +275,7 @@ def write_outputs(root: Path, out: Path, results: list[Result], labs: list[str],
     db_url = db_url or default_db_url(out)
     gradebook.record(db_url, root, labs, results, out / ".release")
     gradebook.write_formgrader_config(out, db_url)
-    lates = apply_deadlines(root, db_url, submissions) if submissions is not None else {}
+    lates = apply_deadlines(root, db_url, submissions, course_toml) if submissions is not None else {}
     processes = min(max(workers, len(os.sched_getaffinity(0))), sum(r.notebook is not None for r in results))
     if processes <= 1:
         write_feedback(out, db_url, results, lates=lates)

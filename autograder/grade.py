@@ -247,7 +247,8 @@ def grade_in_parallel(run: Run, work: list[tuple[str, str, Found]], workers: int
 
 def grade_all(root: Path, submissions: Path, out: Path, *, workers: int = 1, labs: list[str] | None = None,
               limits: Limits | None = None, progress=True, unsafe: bool = False, db_url: str | None = None,
-              shard: tuple[int, int] = (0, 1), prestart: bool = True) -> list[Result]:
+              shard: tuple[int, int] = (0, 1), prestart: bool = True,
+              course_toml: Path | None = None) -> list[Result]:
     root, submissions, out = Path(root).resolve(), Path(submissions).resolve(), Path(out).resolve()
     limits = limits or Limits()
     unknown = sorted(set(labs or []) - set(lab_ids(root)))
@@ -306,7 +307,8 @@ def grade_all(root: Path, submissions: Path, out: Path, *, workers: int = 1, lab
     results.sort(key=lambda r: (r.student, r.lab))
     prepared.exception()  # a setup that failed is redone by write_outputs, which then reports the error
     setup.shutdown()
-    write_outputs(root, out, results, labs, db_url, workers, submissions=submissions)  # late penalties: course.toml
+    write_outputs(root, out, results, labs, db_url, workers, submissions=submissions,  # late penalties
+                  course_toml=course_toml)
     return results
 
 

@@ -56,13 +56,14 @@ class Late:
     extended: bool = False
 
     def describe(self) -> str:
-        """'submitted 3 h 12 min late: −10%' (or '' when on time)."""
+        """'submitted 3 h 12 min late: −10%'; 'submitted by the extended due date: no penalty' for a student with an
+        extension who met it; '' when on time."""
         if self.seconds <= 0:
-            return ""
+            return "submitted by the extended due date: no penalty" if self.extended else ""
         minutes = int(self.seconds // 60)
         days, hours, mins = minutes // 1440, minutes % 1440 // 60, minutes % 60
         span = " ".join(f"{n} {u}" for n, u in ((days, "d"), (hours, "h"), (mins, "min")) if n) or "under 1 min"
-        text = f"submitted {span} late"
+        text = f"submitted {span} after the extended due date" if self.extended else f"submitted {span} late"
         if self.grace_days_used:
             text += f" ({self.grace_days_used} grace day{'s' * (self.grace_days_used > 1)} used)"
         return text + (f": −{self.percent:g}%" if self.percent else ": no penalty")

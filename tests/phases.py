@@ -17,7 +17,7 @@ PHASES = [
     ("solutions/", "nbval (solution notebooks)"),
     ("tests/test_browser.py", "browser (JupyterLab, feedback pages in Chromium)"),
     ("tests/test_feedback_page.py", "browser (JupyterLab, feedback pages in Chromium)"),
-    ("tests/test_formgrader.py", "browser (JupyterLab, feedback pages in Chromium)"),
+    ("tests/test_term.py", "browser (JupyterLab, feedback pages in Chromium)"),
     ("tests/test_slurm.py", "cluster (Slurm job array)"),
     ("tests/test_grading.py", "grading (every sample, both modes)"),
     ("tests/test_sharding.py", "grading (shards, resume, PostgreSQL)"),

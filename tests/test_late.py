@@ -37,9 +37,11 @@ def test_per_day_and_grace_minutes():
 
 def test_extensions_in_hours_or_as_a_date():
     d = _deadlines(per="hour", percent=5)
-    assert d.assess("aoneil", {"lab1_vae": DUE + timedelta(hours=47)})["lab1_vae"].percent == 0
+    met = d.assess("aoneil", {"lab1_vae": DUE + timedelta(hours=47)})["lab1_vae"]
+    assert met.percent == 0 and met.describe() == "submitted by the extended due date: no penalty"
     late = d.assess("aoneil", {"lab1_vae": DUE + timedelta(hours=49)})["lab1_vae"]
     assert late.percent == 5 and late.extended
+    assert late.describe() == "submitted 1 h after the extended due date: −5%"   # counted from the new date
     assert d.assess("zberg", {"lab1_vae": datetime(2026, 10, 4, 23, tzinfo=UTC)})["lab1_vae"].percent == 0
 
 
