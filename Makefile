@@ -60,8 +60,8 @@ lab: venv  ## JupyterLab on the student notebooks
 	$(VENV)/bin/jupyter lab labs/
 
 .PHONY: screenshots
-screenshots: venv  ## regenerate docs/screenshots/ (each lab's widget in JupyterLab, from the browser tests)
-	GENLAB_SCREENSHOTS=$(CURDIR)/docs/screenshots $(PY) -m pytest -q -p no:cacheprovider tests/test_browser.py -k widget
+screenshots: venv  ## regenerate docs/screenshots/ (each lab's widget in JupyterLab, the class report's analyses, from the browser tests)
+	GENLAB_SCREENSHOTS=$(CURDIR)/docs/screenshots $(PY) -m pytest -q -p no:cacheprovider tests/test_browser.py -k "widget or class_report_page"
 
 .PHONY: gpu-check
 # No venv dependency: a GPU machine brings its own CUDA torch (GPU_PYTHON=python in a conda env); the venv's

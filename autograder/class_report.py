@@ -358,17 +358,20 @@ def _lab_report(lab, scores, details, sources):
         + "<h3>Catalogued bugs diagnosed, per function</h3>"
         + f"<p>% of the {len(trusted)} students with statuses whose notebook was not tampered with.</p>"
         + _table(["function", "bug", "what", "students", "% of class", "who"], bug_rows, "bugs")
-        + "<h3>Item analysis per test</h3>"
+        + f'<div class="report-part" id="{escape(lab)}-part-items"><h3>Item analysis per test</h3>'
         + "<p>Pass rate, and discrimination: the point-biserial correlation of passing the test with the rest of "
           "the student's total (none where either has no variance). A flag marks a test to read again: "
           f"nearly everyone fails (at most {item_analysis.FAIL_RATE:.0%} pass), or negative discrimination "
           f"(r below {item_analysis.NEGATIVE_R:g}); none with fewer than {item_analysis.MIN_STUDENTS} students.</p>"
         + _table(["test", "function", "passed", "pass rate", "discrimination", "flags"], item_rows, "items")
+        + "</div>"
+        + f'<div class="report-part" id="{escape(lab)}-part-clusters">'
         + '<h3 id="' + escape(lab) + '-clusters">Uncatalogued misconceptions: students grouped by behaviour</h3>'
         + "<p>For each function, the students who lost marks on it and whom no catalogued bug names, grouped by "
           "the tests they failed and by how their outputs relate to the reference's on the same inputs.</p>"
-        + cluster_html
-        + '<h3 id="' + escape(lab) + '-similarity">Similar solutions (instructor only)</h3>' + similar_html
+        + cluster_html + "</div>"
+        + f'<div class="report-part" id="{escape(lab)}-part-similarity">'
+        + '<h3 id="' + escape(lab) + '-similarity">Similar solutions (instructor only)</h3>' + similar_html + "</div>"
         + "<h3>Statuses other than passed/failed</h3>"
         + (_table(["status", "student", "tests", "first reason"], odd_rows, "statuses") if odd_rows
            else "<p>none</p>")

@@ -10,8 +10,9 @@
   with ``results.json`` and the gradebook.
 
 Each lab runs once; the widget test reuses its page (Lab 3 trains a model for about a minute).
-Screenshots (one per lab, its widget) go to ``$GENLAB_SCREENSHOTS`` or the test's temporary folder;
-``make screenshots`` writes the README's into ``docs/screenshots/``.
+Screenshots (one per lab, its widget; the class report's item analysis, clusters and similarity) go to
+``$GENLAB_SCREENSHOTS`` or the test's temporary folder; ``make screenshots`` writes the README's into
+``docs/screenshots/``.
 
 Playwright drives Debian's ``chromium`` (``/usr/bin/chromium``, from ``.ci/system-deps.sh``): no browser
 download. Without it the tests skip with the reason, except in CI (``$CI`` or ``$GENLAB_REQUIRE_BROWSER``),
@@ -360,7 +361,7 @@ def test_feedback_page_renders_offline(browser, graded_class):
         page.close()
 
 
-def test_class_report_page(browser, graded_class):
+def test_class_report_page(browser, graded_class, shots):
     from autograder.gradebook import totals
 
     page = offline_page(browser)
@@ -377,5 +378,11 @@ def test_class_report_page(browser, graded_class):
         figures = page.locator("img[src^='data:image/png']")
         assert figures.count() >= 3 and all(figures.nth(i).evaluate("i => i.naturalWidth > 0")
                                             for i in range(figures.count()))
+        # the instructor's three analyses, each drawn with content (the README shows these screenshots)
+        for part, content in (("items", "table.items tbody tr"), ("clusters", "pre, code"),
+                              ("similarity", "mark, table")):
+            section = page.locator(f"#lab1_vae-part-{part}")
+            assert section.is_visible() and section.locator(content).count() > 0, f"the {part} section is empty"
+            section.screenshot(path=str(shots / f"class_report_{part}.png"))
     finally:
         page.close()
