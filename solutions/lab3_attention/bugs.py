@@ -99,6 +99,85 @@ def cache_fed_whole_sequence(model, prompt_ids, max_new_tokens, use_kv_cache, te
     return ids
 
 
+# --- tiled_attention --------------------------------------------------------------------------------------------
+def _tiled(q, k, v, block_size, causal, rescaled, guarded):
+    t_q, t_k, dtype = q.shape[-2], k.shape[-2], q.dtype
+    work = torch.promote_types(dtype, torch.float32)
+    q, k, v = q.to(work) * q.shape[-1] ** -0.5, k.to(work), v.to(work)
+    blocks = []
+    for qs in range(0, t_q, block_size):
+        qb = q[..., qs:qs + block_size, :]
+        last = torch.arange(qs, qs + qb.shape[-2], device=q.device) + (t_k - t_q)
+        m = torch.full(qb.shape[:-1], -math.inf, dtype=work, device=q.device)
+        l = torch.zeros_like(m)
+        acc = torch.zeros_like(qb)
+        stop = min(t_k, int(last[-1]) + 1) if causal else t_k
+        for ks in range(0, stop, block_size):
+            s = qb @ k[..., ks:ks + block_size, :].transpose(-2, -1)
+            if causal:
+                s = s.masked_fill(torch.arange(ks, ks + s.shape[-1], device=q.device) > last[:, None], -math.inf)
+            m_new = torch.maximum(m, s.amax(-1))
+            shift = torch.where(m_new == -math.inf, 0.0, m_new) if guarded else m_new
+            p, rescale = (s - shift[..., None]).exp(), (m - shift).exp()
+            if not rescaled:
+                rescale = torch.ones_like(rescale)   # the correction factor e^(m - m') left out
+            l = l * rescale + p.sum(-1)
+            acc = acc * rescale[..., None] + p @ v[..., ks:ks + block_size, :]
+            m = m_new
+        blocks.append(acc / (torch.where(l > 0, l, 1.0) if guarded else l)[..., None])   # unguarded: 0 / 0
+    return torch.cat(blocks, dim=-2).to(dtype)
+
+
+def accumulator_not_rescaled(q, k, v, block_size, causal=True):
+    return _tiled(q, k, v, block_size, causal, rescaled=False, guarded=True)
+
+
+def fully_masked_row_nan(q, k, v, block_size, causal=True):
+    return _tiled(q, k, v, block_size, causal, rescaled=True, guarded=False)   # -inf - (-inf), 0 / 0: NaN
+
+
+# --- apply_rope, grouped_query_attention, rotary_self_attention ------------------------------------------------
+def rope_pairs_interleaved(x, cos, sin, positions):
+    c, s = cos[positions], sin[positions]
+    even, odd = x[..., 0::2], x[..., 1::2]                 # Meta's pairs (2i, 2i + 1), rotate-half tables
+    out = torch.stack([even * c[..., 0::2] - odd * s[..., 0::2], odd * c[..., 1::2] + even * s[..., 1::2]], dim=-1)
+    return out.flatten(-2).to(x.dtype)
+
+
+def kv_heads_tiled(q, k, v):
+    if q.shape[1] % k.shape[1]:
+        raise ValueError(f"{q.shape[1]} query heads cannot share {k.shape[1]} key/value heads evenly")
+    groups = q.shape[1] // k.shape[1]
+    k, v = k.repeat(1, groups, 1, 1), v.repeat(1, groups, 1, 1)   # [0, 1, ..., 0, 1, ...]: heads tiled
+    allowed = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril(k.shape[-2] - q.shape[-2])
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+
+
+def _rope(x, cos, sin, positions):
+    x1, x2 = x.chunk(2, dim=-1)
+    return (x * cos[positions] + torch.cat([-x2, x1], dim=-1) * sin[positions]).to(x.dtype)
+
+
+def rope_offset_forgotten(x, w_q, w_kv, w_o, n_heads, cos, sin, past_kv=None):
+    b, t, c = x.shape
+    d = c // n_heads
+    q = (x @ w_q.T).view(b, t, n_heads, d).transpose(1, 2)
+    k, v = (x @ w_kv.T).view(b, t, 2, -1, d).permute(2, 0, 3, 1, 4)
+    positions = torch.arange(t, device=x.device)          # 0 .. T - 1 whatever the cache holds
+    q, k = _rope(q, cos, sin, positions), _rope(k, cos, sin, positions)
+    if past_kv is not None:
+        k, v = torch.cat([past_kv[0], k], dim=2), torch.cat([past_kv[1], v], dim=2)
+    y = _grouped(q, k, v)
+    return y.transpose(1, 2).reshape(b, t, c) @ w_o.T, (k, v)
+
+
+def _grouped(q, k, v):
+    groups = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    allowed = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril(k.shape[-2] - q.shape[-2])
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+
+
 BODIES = {fn.__name__: fn for fn in (
     triu_diagonal_zero,
     transposed_mask,
@@ -110,4 +189,9 @@ BODIES = {fn.__name__: fn for fn in (
     view_heads_first,
     findall_drops_unmatched,
     cache_fed_whole_sequence,
+    accumulator_not_rescaled,
+    fully_masked_row_nan,
+    rope_pairs_interleaved,
+    kv_heads_tiled,
+    rope_offset_forgotten,
 )}

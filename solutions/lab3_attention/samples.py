@@ -128,8 +128,102 @@ for _bug_id, _function in BUG_SAMPLES.items():
     SAMPLES[f"lab3_bug_{_bug_id}"] = {"cells": {_function: bug_cell(LAB, _bug_id)},
                                       "expect": {"full": False, "bug": _bug_id, "function": _function}}
 
+# --- section 10: tiled attention, RoPE, grouped-query attention -----------------------------------------------
+TILED_HEAD = "def tiled_attention(q, k, v, block_size, causal=True):\n"
+ROPE_CACHE_HEAD = "def rope_cache(head_dim, max_pos, base=10000.0):\n"
+APPLY_ROPE_HEAD = "def apply_rope(x, cos, sin, positions):\n"
+GQA_HEAD = "def grouped_query_attention(q, k, v):\n"
+KV_HEAD = "def kv_cache_bytes(n_layers, n_kv_heads, head_dim, dtype):\n"
+RSA_HEAD = "def rotary_self_attention(x, w_q, w_kv, w_o, n_heads, cos, sin, past_kv=None):\n"
+
+SAMPLES.update({
+    # tiles walked with while loops, scores with einsum, the -inf guard as a clamp of the running max (flashinfer's)
+    "lab3_variant_tiled_while_einsum": {"expect": {"full": True}, "cells": {
+        "tiled_attention": TILED_HEAD +
+        "    acc_dtype = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype\n"
+        "    n_q, n_k, scale = q.shape[-2], k.shape[-2], 1.0 / math.sqrt(q.shape[-1])\n"
+        "    out = []\n"
+        "    i = 0\n"
+        "    while i < n_q:\n"
+        "        qi = q[:, :, i:i + block_size].to(acc_dtype)\n"
+        "        rows = qi.shape[2]\n"
+        "        limit = torch.arange(i, i + rows, device=q.device)[:, None] + n_k - n_q\n"
+        "        run_max = torch.full(qi.shape[:3], float('-inf'), dtype=acc_dtype, device=q.device)\n"
+        "        run_sum = torch.zeros(qi.shape[:3], dtype=acc_dtype, device=q.device)\n"
+        "        o = torch.zeros(qi.shape, dtype=acc_dtype, device=q.device)\n"
+        "        j = 0\n"
+        "        while j < n_k and (not causal or j <= i + rows - 1 + n_k - n_q):\n"
+        "            kj, vj = k[:, :, j:j + block_size].to(acc_dtype), v[:, :, j:j + block_size].to(acc_dtype)\n"
+        "            s = torch.einsum('bhqd,bhkd->bhqk', qi, kj) * scale\n"
+        "            if causal:\n"
+        "                cols = torch.arange(j, j + kj.shape[2], device=q.device)[None, :]\n"
+        "                s = torch.where(cols <= limit, s, torch.tensor(float('-inf'), dtype=acc_dtype))\n"
+        "            new_max = torch.maximum(run_max, s.max(dim=-1).values)\n"
+        "            safe = new_max.clamp(min=torch.finfo(acc_dtype).min)\n"
+        "            p = torch.exp(s - safe.unsqueeze(-1))\n"
+        "            corr = torch.exp(run_max - safe)\n"
+        "            run_sum = corr * run_sum + p.sum(dim=-1)\n"
+        "            o = corr.unsqueeze(-1) * o + torch.einsum('bhqk,bhkd->bhqd', p, vj)\n"
+        "            run_max = new_max\n"
+        "            j += block_size\n"
+        "        out.append(o / run_sum.clamp(min=torch.finfo(acc_dtype).tiny).unsqueeze(-1))\n"
+        "        i += block_size\n"
+        "    return torch.cat(out, dim=2).to(q.dtype)\n",
+    }},
+    # RoPE through complex numbers (channel i and i + D/2 as one complex number), the cache with torch.outer
+    "lab3_variant_rope_complex": {"expect": {"full": True}, "cells": {
+        "rope_cache": ROPE_CACHE_HEAD +
+        "    if head_dim % 2 != 0:\n"
+        "        raise ValueError('head_dim must be even')\n"
+        "    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2).double() / head_dim))\n"
+        "    freqs = torch.outer(torch.arange(max_pos).double(), inv_freq).repeat(1, 2)\n"
+        "    return torch.cos(freqs), torch.sin(freqs)\n",
+        "apply_rope": APPLY_ROPE_HEAD +
+        "    half = x.shape[-1] // 2\n"
+        "    z = torch.complex(x[..., :half].double(), x[..., half:].double())\n"
+        "    turn = torch.complex(cos[positions][:, :half].double(), sin[positions][:, :half].double())\n"
+        "    w = z * turn\n"
+        "    return torch.cat([w.real, w.imag], dim=-1).to(x.dtype)\n",
+    }},
+    # grouped-query attention through SDPA's enable_gqa; the cache size from dtype.itemsize; the layer with einsum
+    "lab3_variant_gqa_sdpa_einsum": {"expect": {"full": True}, "cells": {
+        "grouped_query_attention": GQA_HEAD +
+        "    n_heads, n_kv = q.shape[1], k.shape[1]\n"
+        "    if n_heads % n_kv != 0:\n"
+        "        raise ValueError(f'H = {n_heads} is not a multiple of H_kv = {n_kv}')\n"
+        "    mask = causal_mask(q.shape[2], k.shape[2], device=q.device)\n"
+        "    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)\n",
+        "kv_cache_bytes": KV_HEAD +
+        "    return int(n_layers * n_kv_heads * head_dim * 2 * dtype.itemsize)\n",
+        "rotary_self_attention": RSA_HEAD +
+        "    B, T, C = x.shape\n"
+        "    D = C // n_heads\n"
+        "    q = torch.einsum('btc,ec->bte', x, w_q).reshape(B, T, n_heads, D).permute(0, 2, 1, 3)\n"
+        "    keys, values = torch.einsum('btc,ec->bte', x, w_kv).chunk(2, dim=-1)\n"
+        "    k = keys.reshape(B, T, -1, D).permute(0, 2, 1, 3)\n"
+        "    v = values.reshape(B, T, -1, D).permute(0, 2, 1, 3)\n"
+        "    start = past_kv[0].shape[-2] if past_kv is not None else 0\n"
+        "    pos = torch.arange(start, start + T, device=x.device)\n"
+        "    q, k = apply_rope(q, cos, sin, pos), apply_rope(k, cos, sin, pos)\n"
+        "    if past_kv is not None:\n"
+        "        k = torch.cat((past_kv[0], k), dim=-2)\n"
+        "        v = torch.cat((past_kv[1], v), dim=-2)\n"
+        "    att = grouped_query_attention(q, k, v)\n"
+        "    y = torch.einsum('btc,ec->bte', att.permute(0, 2, 1, 3).reshape(B, T, C), w_o)\n"
+        "    return y, (k, v)\n",
+    }},
+})
+NEW_BUGS = {"accumulator_not_rescaled": "tiled_attention", "fully_masked_row_nan": "tiled_attention",
+            "rope_pairs_interleaved": "apply_rope", "kv_heads_tiled": "grouped_query_attention",
+            "rope_offset_forgotten": "rotary_self_attention"}
+for _bug_id, _function in NEW_BUGS.items():
+    SAMPLES[f"lab3_bug_{_bug_id}"] = {"cells": {_function: bug_cell(LAB, _bug_id)},
+                                      "expect": {"full": False, "bug": _bug_id, "function": _function}}
+
 # The reference student hands in every lab (its folder is shared with Labs 1 and 2).
 SAMPLES["reference"] = {"cells": {}, "expect": {"full": True}}
 
-# The reference causal_attention is built on causal_attention_weights: a bug there costs both functions' tests.
-DEPENDS = {"causal_attention": ["causal_attention_weights"]}
+# The reference causal_attention is built on causal_attention_weights, and rotary_self_attention on apply_rope and
+# grouped_query_attention: a bug there costs both functions' tests.
+DEPENDS = {"causal_attention": ["causal_attention_weights"],
+           "rotary_self_attention": ["apply_rope", "grouped_query_attention"]}

@@ -144,6 +144,75 @@ def cache_fed_whole_sequence(generate, model, prompt_ids, max_new_tokens, use_kv
     return generate(_WholeSequenceFed(model), prompt_ids, max_new_tokens, use_kv_cache, temperature, generator)
 
 
+# --- tiled_attention ----------------------------------------------------------------------------------------
+@edit("causal_mask")
+def accumulator_not_rescaled(causal_mask, q, k, v, block_size, causal=True):
+    # the running sum and the accumulator never multiplied by e^(m - m') when the running max m grows: each key
+    # keeps the weight e^(s - m) of the max reached *after its own tile*, not after the last one. Written densely:
+    # per key, the max of the visible scores of the tiles up to and including its own (your mask for causal)
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    work = torch.promote_types(q.dtype, torch.float32)
+    s = (q.to(work) @ k.to(work).transpose(-2, -1)) * q.shape[-1] ** -0.5
+    if causal:
+        s = s.masked_fill(~causal_mask(t_q, t_k, device=q.device), -math.inf)
+    tile = torch.arange(t_k, device=q.device) // block_size
+    tile_max = torch.stack([s[..., tile == i].amax(-1) for i in range(int(tile[-1]) + 1)], dim=-1)
+    running = tile_max.cummax(dim=-1).values[..., tile]             # the max after each key's own tile
+    w = (s - torch.where(running == -math.inf, 0.0, running)).exp()
+    total = w.sum(-1, keepdim=True)
+    return ((w @ v.to(work)) / torch.where(total > 0, total, 1.0)).to(q.dtype)
+
+
+@edit("tiled_attention")
+def fully_masked_row_nan(tiled_attention, q, k, v, block_size, causal=True):
+    # no guard for a query that sees no key: in a tile it is computed in, its running max stays -inf and e^(s - m) is
+    # e^(-inf - (-inf)) = NaN; where all its tiles are skipped, the final division is 0 / 0. With T_q > T_k those are
+    # the first T_q - T_k queries: your result with their rows NaN
+    out = tiled_attention(q, k, v, block_size, causal)
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    if causal and t_q > t_k:
+        out = out.clone()
+        out[..., : t_q - t_k, :] = math.nan
+    return out
+
+
+# --- apply_rope, grouped_query_attention, rotary_self_attention ----------------------------------------------
+@edit("apply_rope")
+def rope_pairs_interleaved(apply_rope, x, cos, sin, positions):
+    # adjacent channels (2i, 2i + 1) rotated together, as Meta's Llama code pairs them, with tables laid out for the
+    # rotate-half pairs (i, i + D/2): channel 2i turns by the angle of channel 2i and channel 2i + 1 by that of
+    # 2i + 1, two different angles, so no pair is rotated. Your apply_rope on the channels reordered evens then
+    # odds, with the tables reordered the same way, and put back
+    d = x.shape[-1]
+    order = torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])
+    table = order.to(cos.device)
+    out = apply_rope(x[..., order.to(x.device)], cos[:, table], sin[:, table], positions)
+    return out[..., torch.argsort(order).to(x.device)]
+
+
+@edit("grouped_query_attention")
+def kv_heads_tiled(grouped_query_attention, q, k, v):
+    # k.repeat(1, g, 1, 1) lays the key/value heads out [0, 1, ..., 0, 1, ...]: query head h reads head h % H_kv
+    # instead of h // g. Your function, given the query heads in the slots whose group is head h % H_kv
+    h, h_kv = q.shape[1], k.shape[1]
+    if h % h_kv:
+        return grouped_query_attention(q, k, v)
+    heads = torch.arange(h, device=q.device)
+    slot = (heads % h_kv) * (h // h_kv) + heads // h_kv
+    moved = torch.empty_like(q)
+    moved[:, slot] = q
+    return grouped_query_attention(moved, k, v)[:, slot]
+
+
+@edit("rotary_self_attention")
+def rope_offset_forgotten(rotary_self_attention, x, w_q, w_kv, w_o, n_heads, cos, sin, past_kv=None):
+    # the new tokens rotated at positions 0 .. T - 1 whatever the cache holds: your layer given tables shifted by
+    # T_past rows, so that position T_past + i reads the angles of position i
+    t_past = 0 if past_kv is None else past_kv[0].shape[2]
+    return rotary_self_attention(x, w_q, w_kv, w_o, n_heads, torch.cat([cos[:t_past], cos]),
+                                 torch.cat([sin[:t_past], sin]), past_kv)
+
+
 BUGS = [
     Bug("triu_diagonal_zero", "causal_mask", "triu with the wrong diagonal (the token cannot see itself)",
         "the mask also hides the diagonal, each query's own key: the first query of a square mask may attend no "
@@ -238,4 +307,48 @@ BUGS = [
         "transformers' GPT2LMHeadModel.prepare_inputs_for_generation ('only last token for input_ids if past "
         "is defined'); THUDM/chatglm-6b commit cd8041e 'Fix past_key_values'; huggingface/optimum issue #1839",
         cache_fed_whole_sequence),
+    Bug("accumulator_not_rescaled", "tiled_attention", "the accumulator is not rescaled when the running max grows",
+        "terms accumulated against an old running maximum keep that scale: a key's weight is e^(s - m) with the max "
+        "reached after its own tile, so keys of early tiles count e^(m_final - m_then) times too much. With one tile "
+        "(block_size >= T) the result is right; with several it is not, and nothing raises.",
+        "when the running max changes from m to m', multiply the running sum and the accumulator by e^(m - m') "
+        "before adding the new tile, as the update of section 10.1 does.",
+        "Milakov & Gimelshein 2018, Online normalizer calculation for softmax, Algorithm 3; Dao et al. 2022, "
+        "FlashAttention, Algorithm 1 line 12; paiml/aprender issue #2753 (a compiled correction factor of exactly 1: "
+        "the decode kernel emitted garbage)",
+        accumulator_not_rescaled),
+    Bug("fully_masked_row_nan", "tiled_attention", "-inf - (-inf): a query that sees no key gives NaN",
+        "a query that has seen no visible key keeps the running max -inf, and e^(s - m) = e^(-inf - (-inf)) is NaN; "
+        "with more queries than keys (T_q > T_k, bottom-right) the first T_q - T_k rows of the output are NaN "
+        "where SDPA returns 0.",
+        "shift by 0 instead of m while m is -inf (or clamp it to a finite value), and divide by a running sum of 0 "
+        "as by 1: a query with no visible key gets 0.",
+        "flashinfer-ai/flashinfer PR #4401 (fully masked rows of a bottom-right causal prefill with qo_len > kv_len "
+        "computed (-inf) - (-inf) = NaN); tracel-ai/burn PR #4697; Dao-AILab/flash-attention issue #2082",
+        fully_masked_row_nan),
+    Bug("rope_pairs_interleaved", "apply_rope", "RoPE's pairs interleaved (2i, 2i + 1) with rotate-half tables",
+        "the tables pair channel i with i + D/2; rotating adjacent channels with them turns the two channels of a "
+        "pair by different angles, which is no rotation: norms change, and scores no longer depend on n - m only.",
+        "this lab's layout pairs channel i with channel i + D/2 (rotate_half(x) = cat(-x2, x1) of the two halves): "
+        "check which channels your rotation mixes.",
+        "huggingface/transformers issue #25199 (Meta's interleaved RoPE against the rotate-half code; the conversion "
+        "script permutes q and k weights for it); Dao-AILab/flash-attention issue #288; karpathy/nanochat issue #264",
+        rope_pairs_interleaved),
+    Bug("kv_heads_tiled", "grouped_query_attention", "key/value heads tiled (repeat) instead of grouped (repeat_interleave)",
+        "repeat lays the key/value heads out [0, 1, ..., 0, 1, ...], so query head h reads head h % H_kv instead of "
+        "h // (H / H_kv): the wrong heads are paired whenever 1 < H_kv < H, and nothing raises.",
+        "query head h reads key/value head h // (H // H_kv), contiguous groups as SDPA's enable_gqa: expand each key "
+        "/value head to its group with repeat_interleave, not repeat.",
+        "onnx/onnx PR #7274 (GQA expanded key/value heads with Tile: [head0, head1, head0, head1]); ekzhang/jax-js "
+        "PR #180; Ainslie et al. 2023, GQA, Sec. 2.2",
+        kv_heads_tiled),
+    Bug("rope_offset_forgotten", "rotary_self_attention", "cached decoding rotates new tokens at positions 0..T-1",
+        "with a KV cache the new tokens sit at positions T_past onwards; rotating them as if they began at 0 makes "
+        "every score against a cached key use the wrong distance, so cached decoding disagrees with one call on the "
+        "whole sequence.",
+        "the new tokens' positions start at the length of the cache, past_kv[0].shape[2]: rotate the queries and "
+        "keys there.",
+        "Blaizzy/mlx-vlm issue #1983 (Qwen3-Omni decode assigned RoPE position 0 to every token); RobertCsordas/moeut "
+        "PR #6 (RoPE offset computed before the cached keys were concatenated)",
+        rope_offset_forgotten),
 ]
