@@ -210,3 +210,26 @@ SAMPLES["lab5_bug_kid_generator_ignored"] = {"expect": {"failed_tests": ["kid_va
     "kid": _kid_body("    if m > x.shape[0] or m > y.shape[0] or m < 2:\n"
                      "        raise ValueError('subset_size must be between 2 and the size of each set')\n",
                      generator="")}}
+
+# section 10, correct variants: the radii as the (k + 1)-th smallest distance (the point itself is the first), written
+# out with NumPy; ties counted inside the ball (<=, torch-fidelity's convention: the tests create none)
+SAMPLES["lab5_variant_prdc_numpy_closed_balls"] = {"expect": {"full": True}, "cells": {
+    "knn_radii": "def knn_radii(features, k):\n"
+                 "    n = features.shape[0]\n"
+                 "    if k < 1 or k > n - 1:\n"
+                 "        raise ValueError('k must be between 1 and N - 1')\n"
+                 "    x = features.detach().cpu().double().numpy()\n"
+                 "    d = np.sqrt(((x[:, None, :] - x[None, :, :]) ** 2).sum(-1))\n"
+                 "    radii = np.sort(d, axis=1)[:, k]\n"
+                 "    return torch.from_numpy(radii).to(features.dtype)\n",
+    "precision_recall_density_coverage":
+        "def precision_recall_density_coverage(real, fake, k):\n"
+        "    rr, rf = knn_radii(real, k), knn_radii(fake, k)\n"
+        "    d = torch.cdist(fake.double(), real.double())          # [M, N]\n"
+        "    inside = d <= rr.double()[None, :]\n"
+        "    return dict(precision=float(inside.any(dim=1).float().mean()),\n"
+        "                recall=float((d <= rf.double()[:, None]).any(dim=0).float().mean()),\n"
+        "                density=float(inside.sum(dim=1).double().mean() / k),\n"
+        "                coverage=float((d.min(dim=0).values <= rr.double()).float().mean()))\n",
+}}
+DEPENDS["precision_recall_density_coverage"] = ["knn_radii"]
