@@ -1,6 +1,8 @@
 """Shared fixtures. ``jupyter_lab``: a real JupyterLab server for the browser tests (tests/test_browser.py)."""
 from __future__ import annotations
 
+import contextlib
+
 import json
 import os
 import secrets
@@ -78,27 +80,35 @@ def jupyter_lab(tmp_path_factory) -> JupyterLab:
            "MPLBACKEND": "module://matplotlib_inline.backend_inline",
            "JUPYTERLAB_SETTINGS_DIR": str(settings), "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces"),
            "JUPYTER_RUNTIME_DIR": str(base / "runtime")}
-    log = (base / "server.log").open("w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-         f"--ServerApp.root_dir={root}", "--ServerApp.allow_root=True"],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     lab = JupyterLab(f"http://127.0.0.1:{port}", token, root)
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            lab.api("GET", "status")
-            break
-        except OSError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                server.kill()
-                raise RuntimeError(f"JupyterLab did not start: {(base / 'server.log').read_text()[-3000:]}")
-            time.sleep(0.5)
-    try:
+    with jupyter_server(["lab", f"--ServerApp.port={port}", f"--IdentityProvider.token={token}",
+                         f"--ServerApp.root_dir={root}"], lambda: lab.api("GET", "status"), base / "server.log",
+                        env=env):
         yield lab
+
+
+@contextlib.contextmanager
+def jupyter_server(args: list[str], ready, log_path: Path, **popen):
+    """``jupyter <args>`` on loopback in a session of its own, logging to ``log_path``: yields once ``ready()``
+    stops raising OSError (90 s at most), then stops it (SIGTERM, so it shuts its kernels down; SIGKILL to the
+    whole session after 30 s). Shared by JupyterLab here and formgrader in tests/test_term.py."""
+    log = log_path.open("w")
+    server = subprocess.Popen([sys.executable, "-m", "jupyter", *args, "--no-browser", "--ServerApp.ip=127.0.0.1",
+                               "--ServerApp.port_retries=0", "--ServerApp.allow_root=True"],
+                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **popen)
+    deadline = time.monotonic() + 90
+    try:
+        while True:
+            try:
+                ready()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"jupyter {args[0]} did not start: {log_path.read_text()[-3000:]}")
+                time.sleep(0.5)
+        yield server
     finally:
-        server.terminate()  # SIGTERM: the server shuts its kernels down before exiting
+        server.terminate()
         try:
             server.wait(timeout=30)
         except subprocess.TimeoutExpired:

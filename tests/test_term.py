@@ -22,9 +22,6 @@ import html as html_lib
 import io
 import os
 import secrets
-import shutil
-import subprocess
-import sys
 import time
 import urllib.request
 import zipfile
@@ -33,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import _free_port
+from conftest import _free_port, jupyter_server
 
 ROOT = Path(__file__).resolve().parents[1]
 LAB = "lab1_vae"
@@ -121,35 +118,14 @@ def formgrader(out: Path):
     assert f"c.CourseDirectory.root = {str(out)!r}" in config and "course_id = 'genlab'" in config
     assert f"c.CourseDirectory.db_url = 'sqlite:///{out}/gradebook.db'" in config
     port, token = _free_port(), secrets.token_hex(16)
-    log_path = out.parent / "formgrader.log"
-    log = log_path.open("w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "server", "--no-browser", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-         f"--ServerApp.root_dir={out}", "--ServerApp.allow_root=True",
-         "--ServerApp.jpserver_extensions={'nbgrader.server_extensions.formgrader': True}"],
-        cwd=out, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        env={**os.environ, "JUPYTER_RUNTIME_DIR": str(out.parent / "runtime")})
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    try:
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=5).read()
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"formgrader did not start: {log_path.read_text()[-3000:]}")
-                time.sleep(0.5)
+    with jupyter_server(["server", f"--ServerApp.port={port}", f"--IdentityProvider.token={token}",
+                         f"--ServerApp.root_dir={out}",
+                         "--ServerApp.jpserver_extensions={'nbgrader.server_extensions.formgrader': True}"],
+                        lambda: urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=5).read(),
+                        out.parent / "formgrader.log", cwd=out,
+                        env={**os.environ, "JUPYTER_RUNTIME_DIR": str(out.parent / "runtime")}):
         yield url, token
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, 9)
-            server.wait()
-        log.close()
 
 
 def _hand_grade(browser, url: str, token: str, db: str) -> dict:
