@@ -138,4 +138,6 @@ def test_failure_modes_run_the_catalogued_bugs_they_name():
     shown = {b.id for b in bugs_for("lab1_vae") if f'bug("lab1_vae", "{b.id}")' in source}
     assert shown == {"torch_normal_sampler", "exp_logvar_as_std", "recon_mean_per_pixel", "eps_default_dtype",
                      "bce_on_sigmoid", "kl_sign_flipped", "eps_shared_across_batch", "detached_sample",
-                     "iwae_naive_log_mean_exp"}   # 6.9: on this model, and its log-weights scaled to 784 pixels
+                     "iwae_naive_log_mean_exp",   # 6.9: on this model, and its log-weights scaled to 784 pixels
+                     "log_norm_from_probs", "taylor_where_unguarded", "free_bits_on_total_kl", "mean_is_sigmoid",
+                     "log_norm_left_out"}         # 6.10-6.14: the continuous Bernoulli and free bits (issue 26)

@@ -106,6 +106,34 @@ def iwae_missing_log_k(x, x_logits, z, mu, logvar):
     return torch.logsumexp(_log_weights(x, x_logits, z, mu, logvar), dim=0)  # a sum of k weights, not a mean
 
 
+# --- continuous_bernoulli_log_norm, continuous_bernoulli_mean, continuous_bernoulli_negative_elbo ------
+def log_norm_from_probs(logits):
+    lam = torch.sigmoid(logits)  # rounds to exactly 1/2 near logit 0; 1 - 2 lam to exactly +-1 beyond |logit| 17
+    return torch.log(2 * torch.atanh(1 - 2 * lam) / (1 - 2 * lam))  # the log of C: 0/0 at 1/2, log(inf) at 0 and 1
+
+
+def taylor_where_unguarded(logits):
+    near_half = logits.abs() < 0.01
+    closed_form = torch.log(logits / torch.tanh(logits / 2))  # evaluated at logit 0 too: NaN there, and in backward
+    taylor = math.log(2.0) + logits.pow(2) / 12 - 7 * logits.pow(4) / 1440
+    return torch.where(near_half, taylor, closed_form)
+
+
+def mean_is_sigmoid(logits):
+    return torch.sigmoid(logits)  # lambda, the Bernoulli's mean, not the continuous Bernoulli's
+
+
+def log_norm_left_out(x, x_logits, mu, logvar, beta=1.0):
+    recon = F.binary_cross_entropy_with_logits(x_logits, x, reduction="none").flatten(1).sum(1)  # no - log C
+    return (recon + beta * _kl(mu, logvar)).mean()
+
+
+# --- free_bits_kl ------------------------------------------------------------------------------------
+def free_bits_on_total_kl(mu, logvar, free_bits):
+    total = _kl(mu, logvar).mean()  # the KL summed over dimensions, batch mean
+    return torch.clamp(total, min=free_bits * mu.shape[-1])  # one clamp for all: D * free_bits nats in total
+
+
 BODIES = {fn.__name__: fn for fn in (
     torch_normal_sampler,
     exp_logvar_as_std,
@@ -122,4 +150,9 @@ BODIES = {fn.__name__: fn for fn in (
     iwae_mean_of_log_weights,
     iwae_naive_log_mean_exp,
     iwae_missing_log_k,
+    log_norm_from_probs,
+    taylor_where_unguarded,
+    mean_is_sigmoid,
+    log_norm_left_out,
+    free_bits_on_total_kl,
 )}

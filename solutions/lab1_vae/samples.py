@@ -76,6 +76,40 @@ SAMPLES: dict[str, dict] = {
         "    log_w = log_px_z + log_ratio.sum(dim=-1)\n"
         "    top = log_w.max(dim=0, keepdim=True).values\n"
         "    return (top + torch.log(torch.exp(log_w - top).mean(dim=0, keepdim=True))).squeeze(0)\n"}},
+    # The new functions written another way: log C with PyTorch's window and series in lambda, and log1p/expm1; the mean
+    # with the window on lambda; the sample with torch.distributions' uniform and the symmetry on x; variance as std^2;
+    # free bits through torch.distributions and F.relu.
+    "lab1_variant_cb_torch_window": {"cells": {
+        "continuous_bernoulli_log_norm": "def continuous_bernoulli_log_norm(logits):\n"
+        "    lam = torch.sigmoid(logits)\n"
+        "    inside = (lam > 0.499) & (lam <= 0.501)\n"
+        "    a = torch.where(inside, torch.ones_like(logits), logits).abs()\n"
+        "    closed = torch.log(a) - torch.log(-torch.expm1(-a)) + torch.log1p(torch.exp(-a))\n"
+        "    y = (lam - 0.5) ** 2\n"
+        "    return torch.where(inside, math.log(2.0) + (4.0 / 3.0 + 104.0 / 45.0 * y) * y, closed)\n",
+        "continuous_bernoulli_mean": "def continuous_bernoulli_mean(logits):\n"
+        "    lam = torch.sigmoid(logits)\n"
+        "    inside = (lam - 0.5).abs() < 0.025\n"
+        "    l = torch.where(inside, torch.full_like(logits, 2.0), logits)\n"
+        "    x = lam - 0.5\n"
+        "    taylor = 0.5 + (1.0 / 3.0 + 16.0 / 45.0 * x ** 2) * x\n"
+        "    return torch.where(inside, taylor, 1.0 / (1.0 - torch.exp(-l)) - 1.0 / l)\n",
+        "continuous_bernoulli_rsample": "def continuous_bernoulli_rsample(logits, u=None):\n"
+        "    if u is None:\n"
+        "        u = torch.distributions.Uniform(torch.zeros_like(logits), torch.ones_like(logits)).sample()\n"
+        "    small = logits.abs() < 1e-4\n"
+        "    l = torch.where(small, torch.ones_like(logits), logits)\n"
+        "    pos = l > 0\n"
+        "    m = torch.where(pos, -l, l)\n"
+        "    w = torch.where(pos, 1 - u, u)\n"
+        "    x = torch.log1p(w * torch.expm1(m)) / m\n"
+        "    return torch.where(small, u + 0.5 * u * (1 - u) * logits, torch.where(pos, 1 - x, x))\n",
+        "count_active_units": "def count_active_units(posterior_means, threshold=0.01):\n"
+        "    return int((posterior_means.std(dim=0, unbiased=False) ** 2 > threshold).sum().item())\n",
+        "free_bits_kl": "def free_bits_kl(mu, logvar, free_bits):\n"
+        "    from torch.distributions import Normal, kl_divergence\n"
+        "    kl = kl_divergence(Normal(mu, torch.exp(0.5 * logvar)), Normal(torch.zeros_like(mu), torch.ones_like(mu)))\n"
+        "    return (free_bits + F.relu(kl.mean(0) - free_bits)).sum()\n"}},
     # -- attacks: no unearned credit, reported as tampered ------------------------------------------------
     "attack_allclose": {"cells": {"reparameterize": REPARAM_HEAD +
         "    torch.allclose = lambda *a, **k: True\n    torch.testing.assert_close = lambda *a, **k: None\n"
@@ -204,20 +238,26 @@ BUG_SAMPLES = {
     "kl_sign_flipped": "gaussian_kl", "kl_mean_over_latent": "gaussian_kl", "kl_summed_over_batch": "gaussian_kl",
     "recon_mean_per_pixel": "negative_elbo", "bce_on_sigmoid": "negative_elbo", "elbo_not_negated": "negative_elbo",
     "iwae_mean_of_log_weights": "iwae_bound", "iwae_naive_log_mean_exp": "iwae_bound", "iwae_missing_log_k": "iwae_bound",
+    "log_norm_from_probs": "continuous_bernoulli_log_norm", "taylor_where_unguarded": "continuous_bernoulli_log_norm",
+    "mean_is_sigmoid": "continuous_bernoulli_mean", "log_norm_left_out": "continuous_bernoulli_negative_elbo",
+    "free_bits_on_total_kl": "free_bits_kl",
 }
 for _bug_id, _function in BUG_SAMPLES.items():
     SAMPLES[f"bug_{_bug_id}"] = {"cells": {_function: bug_cell(LAB, _bug_id)}}
 
 # Functions that call another student function lose marks with it (negative_elbo uses gaussian_kl).
 # beta_sweep trains with the student's reparameterize and negative_elbo and measures with their gaussian_kl.
-DEPENDS = {"negative_elbo": ["gaussian_kl"], "beta_sweep": ["reparameterize", "gaussian_kl", "negative_elbo"]}
+# The continuous Bernoulli's loss uses their log C and KL; active_units(model), and so beta_sweep, their count_active_units.
+DEPENDS = {"negative_elbo": ["gaussian_kl"],
+           "beta_sweep": ["reparameterize", "gaussian_kl", "negative_elbo", "count_active_units"],
+           "continuous_bernoulli_negative_elbo": ["continuous_bernoulli_log_norm", "gaussian_kl"]}
 
 # What the grader must conclude (each sample's "expect"). "full" = every test passed; "bug" = the function's tests lose marks and
 # this bug is named; "tampered" = no unearned credit and the interference is reported; statuses by test.
 _EXPECT: dict[str, dict] = {
     "reference": {"full": True}, "variant_exp_half": {"full": True}, "variant_sqrt_exp": {"full": True},
     "variant_rsample": {"full": True}, "lab1_variant_iwae_distributions": {"full": True},
-    "lab1_variant_iwae_max_shift": {"full": True},
+    "lab1_variant_iwae_max_shift": {"full": True}, "lab1_variant_cb_torch_window": {"full": True},
     **{f"bug_{b}": {"full": False, "bug": b, "function": f} for b, f in BUG_SAMPLES.items()},
     "attack_allclose": {"tampered": True}, "attack_checks": {"tampered": True},
     "attack_transformer": {"tampered": True}, "attack_gradebook": {"tampered": True},

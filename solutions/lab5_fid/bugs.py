@@ -7,6 +7,8 @@ that each body and its edit are the same bug.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -71,6 +73,29 @@ def mode_not_restored(model, images, batch_size=256):
         return torch.cat([model(chunk).flatten(1) for chunk in images.split(batch_size)])
 
 
+# --- precision_recall_density_coverage ------------------------------------------------------------------
+def precision_recall_swapped(real, fake, k):
+    def radii(x):
+        d = torch.cdist(x, x)
+        d.fill_diagonal_(math.inf)
+        return d.kthvalue(k, dim=1).values
+
+    r_real, r_fake = radii(real), radii(fake)
+    distances = torch.cdist(real, fake)
+    in_real_balls = distances < r_real[:, None]
+    # torch-fidelity before PR #70: "precision" from the generated balls, "recall" from the real ones
+    return {"precision": (distances < r_fake[None, :]).any(1).double().mean().item(),
+            "recall": in_real_balls.any(0).double().mean().item(),
+            "density": (in_real_balls.sum(0).double().mean() / k).item(),
+            "coverage": (distances.min(1).values < r_real).double().mean().item()}
+
+
+# --- bootstrap_draws ---------------------------------------------------------------------------------
+def half_with_replacement(sizes, n_boot, generator=None):
+    # ExplainaBoard's prop_samples = 0.5: max(N / 2, 1) rows per resample, with replacement
+    return [torch.randint(n, (n_boot, max(n // 2, 1)), generator=generator) for n in sizes]
+
+
 BODIES = {fn.__name__: fn for fn in (
     torch_cov_rows,
     no_clamp,
@@ -78,4 +103,6 @@ BODIES = {fn.__name__: fn for fn in (
     biased_mmd,
     train_mode_features,
     mode_not_restored,
+    precision_recall_swapped,
+    half_with_replacement,
 )}

@@ -233,3 +233,100 @@ SAMPLES["lab5_variant_prdc_numpy_closed_balls"] = {"expect": {"full": True}, "ce
         "                coverage=float((d.min(dim=0).values <= rr.double()).float().mean()))\n",
 }}
 DEPENDS["precision_recall_density_coverage"] = ["knn_radii"]
+
+# sections 11 and 12, correct variants: another rounding (nearest counts, then the sum put right where the rounding
+# erred most), within-class draws by torch.multinomial, weights from bincount, NumPy's weighted statistics and
+# quantiles, indices from torch.multinomial, and the bootstrap loops written out with FID computed from their own
+# statistics
+SAMPLES["lab5_variant_attack_bootstrap_numpy"] = {"expect": {"full": True}, "cells": {
+    "class_histogram": "def class_histogram(classes, num_classes):\n"
+                       "    if ((classes < 0) | (classes >= num_classes)).any():\n"
+                       "        raise ValueError('class out of range')\n"
+                       "    return F.one_hot(classes, num_classes).double().mean(0)\n",
+    "match_class_histogram":
+        "def match_class_histogram(classes, target_shares, n, generator=None):\n"
+        "    p = target_shares.double() / target_shares.double().sum()\n"
+        "    wanted = n * p\n"
+        "    counts = torch.round(wanted).long()\n"
+        "    while counts.sum() > n:\n"
+        "        counts[torch.argmax(counts - wanted)] -= 1\n"
+        "    while counts.sum() < n:\n"
+        "        counts[torch.argmin(counts - wanted)] += 1\n"
+        "    out = []\n"
+        "    for c in range(len(p)):\n"
+        "        members = torch.where(classes == c)[0]\n"
+        "        k = int(counts[c])\n"
+        "        if k == 0:\n"
+        "            continue\n"
+        "        if k > len(members):\n"
+        "            raise ValueError(f'not enough candidates of class {c}')\n"
+        "        pick = torch.multinomial(torch.ones(len(members)), k, replacement=False, generator=generator)\n"
+        "        out.append(members[pick])\n"
+        "    out = torch.cat(out) if out else torch.zeros(0, dtype=torch.int64)\n"
+        "    return out[torch.randperm(len(out), generator=generator)]\n",
+    "class_weights": "def class_weights(classes, target_shares):\n"
+                     "    counts = torch.bincount(classes, minlength=len(target_shares)).double()\n"
+                     "    if (target_shares[counts == 0] > 0).any():  # target shares or counts: only their sign here\n"
+                     "        raise ValueError('a class with a target share has no candidate')\n"
+                     "    p = target_shares.double() / target_shares.double().sum()\n"
+                     "    return (p * len(classes) / counts.clamp(min=1))[classes]\n",
+    "weighted_feature_stats":
+        "def weighted_feature_stats(features, weights):\n"
+        "    x, w = features.double().numpy(), weights.double().numpy()\n"
+        "    mu = np.average(x, axis=0, weights=w)\n"
+        "    sigma = np.atleast_2d(np.cov(x, rowvar=False, aweights=w))\n"
+        "    return torch.from_numpy(mu), torch.from_numpy(sigma)\n",
+    "bootstrap_draws": "def bootstrap_draws(sizes, n_boot, generator=None):\n"
+                       "    out = []\n"
+                       "    for n in sizes:\n"
+                       "        flat = torch.multinomial(torch.ones(n), n_boot * n, replacement=True, generator=generator)\n"
+                       "        out.append(flat.view(n_boot, n))\n"
+                       "    return out\n",
+    "percentile_interval": "def percentile_interval(values, level=0.95):\n"
+                           "    a = values.detach().double().numpy()\n"
+                           "    return float(np.quantile(a, 0.5 - level / 2)), float(np.quantile(a, 0.5 + level / 2))\n",
+    "bootstrap_fid": "def bootstrap_fid(real, fake, n_boot=200, level=0.95, generator=None):\n"
+                     "    rows = bootstrap_draws([real.shape[0], fake.shape[0]], n_boot, generator)\n"
+                     "    values = torch.zeros(n_boot, dtype=torch.float64)\n"
+                     "    for b in range(n_boot):\n"
+                     "        m1, s1 = feature_stats(real[rows[0][b]])\n"
+                     "        m2, s2 = feature_stats(fake[rows[1][b]])\n"
+                     "        values[b] = frechet_distance(m1, s1, m2, s2)\n"
+                     "    low, high = percentile_interval(values, level)\n"
+                     "    return low, high, values\n",
+    "fid_difference_interval":
+        "def fid_difference_interval(real, fake_a, fake_b, n_boot=200, level=0.95, paired=False, generator=None):\n"
+        "    if paired:\n"
+        "        if fake_a.shape[0] != fake_b.shape[0]:\n"
+        "            raise ValueError('paired fake sets must have the same length')\n"
+        "        r, a = bootstrap_draws([len(real), len(fake_a)], n_boot, generator)\n"
+        "        c = a\n"
+        "    else:\n"
+        "        r, a, c = bootstrap_draws([len(real), len(fake_a), len(fake_b)], n_boot, generator)\n"
+        "    values = torch.tensor([float(fid(real[r[i]], fake_a[a[i]])) - float(fid(real[r[i]], fake_b[c[i]]))\n"
+        "                           for i in range(n_boot)], dtype=torch.float64)\n"
+        "    return (*percentile_interval(values, level), values)\n",
+    "smallest_separating_size":
+        "def smallest_separating_size(real, fake_a, fake_b, sizes, n_boot=200, level=0.95, paired=False, generator=None):\n"
+        "    remaining = sorted(set(sizes))\n"
+        "    while remaining:\n"
+        "        n = remaining.pop(0)\n"
+        "        low, high, _ = fid_difference_interval(real[:n], fake_a[:n], fake_b[:n], n_boot, level, paired, generator)\n"
+        "        if high < 0 or low > 0:\n"
+        "            return n\n"
+        "    return None\n",
+}}
+DEPENDS.update({
+    "class_weights": ["class_histogram"],
+    "bootstrap_fid": ["bootstrap_draws", "percentile_interval", "fid", "feature_stats", "trace_sqrt_product",
+                      "frechet_distance"],
+    "fid_difference_interval": ["bootstrap_draws", "percentile_interval", "fid", "feature_stats",
+                                "trace_sqrt_product", "frechet_distance"],
+    "smallest_separating_size": ["fid_difference_interval", "bootstrap_draws", "percentile_interval", "fid",
+                                 "feature_stats", "trace_sqrt_product", "frechet_distance"],
+})
+for _bug_id, _function in {"precision_recall_swapped": "precision_recall_density_coverage",
+                           "half_without_replacement": "bootstrap_draws",
+                           "half_with_replacement": "bootstrap_draws"}.items():
+    SAMPLES[f"lab5_bug_{_bug_id}"] = {"cells": {_function: bug_cell(LAB, _bug_id)},
+                                      "expect": {"full": False, "bug": _bug_id, "function": _function}}

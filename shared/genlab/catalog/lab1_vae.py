@@ -131,6 +131,39 @@ def iwae_missing_log_k(iwae_bound, x, x_logits, z, mu, logvar):
     return iwae_bound(x, x_logits, z, mu, logvar) + math.log(z.shape[0])  # a sum of k weights, not a mean
 
 
+# --- continuous_bernoulli_log_norm, continuous_bernoulli_mean, continuous_bernoulli_negative_elbo ------
+@edit("continuous_bernoulli_log_norm")
+def log_norm_from_probs(continuous_bernoulli_log_norm, logits):
+    lam = torch.sigmoid(logits)  # rounds to exactly 1/2 near logit 0; 1 - 2 lam to exactly +-1 beyond |logit| 17
+    return torch.log(2 * torch.atanh(1 - 2 * lam) / (1 - 2 * lam))  # the log of C(lambda), as the paper writes C
+
+
+@edit("continuous_bernoulli_log_norm")
+def taylor_where_unguarded(continuous_bernoulli_log_norm, logits):
+    # your values; but torch.where also differentiates a closed form that saw logit 0 (0/0): 0 * NaN = NaN
+    unguarded = torch.log(logits / torch.tanh(logits / 2))
+    return torch.where(logits.abs() < 0.01, continuous_bernoulli_log_norm(logits), unguarded)
+
+
+@edit("continuous_bernoulli_mean")
+def mean_is_sigmoid(continuous_bernoulli_mean, logits):
+    return torch.sigmoid(logits)  # lambda, the Bernoulli's mean, not the continuous Bernoulli's
+
+
+@edit("continuous_bernoulli_negative_elbo", "continuous_bernoulli_log_norm")
+def log_norm_left_out(continuous_bernoulli_negative_elbo, continuous_bernoulli_log_norm, x, x_logits, mu, logvar, beta=1.0):
+    # your loss plus the sum of log C it subtracted: the Bernoulli loss of section 4 again
+    log_c = continuous_bernoulli_log_norm(x_logits).flatten(1).sum(1).mean()
+    return continuous_bernoulli_negative_elbo(x, x_logits, mu, logvar, beta) + log_c
+
+
+# --- free_bits_kl ------------------------------------------------------------------------------------
+@edit("free_bits_kl")
+def free_bits_on_total_kl(free_bits_kl, mu, logvar, free_bits):
+    # with no free bits your function is the batch mean of the summed KL; one clamp for all D dimensions
+    return torch.clamp(free_bits_kl(mu, logvar, 0.0), min=free_bits * mu.shape[-1])
+
+
 BUGS = [
     Bug("torch_normal_sampler", "reparameterize", "sampling with torch.normal(mu, std)",
         "torch.normal draws a new sample and sends exactly zero gradient to mu and logvar, so the encoder "
@@ -222,4 +255,40 @@ BUGS = [
         "the bound is the log of a *mean* of the k weights: check the factor 1/k.",
         "Burda, Grosse & Salakhutdinov 2016, Eq. 8 (the 1/k inside the log)",
         iwae_missing_log_k),
+    Bug("log_norm_from_probs", "continuous_bernoulli_log_norm", "log C computed as the log of C(lambda)",
+        "C(lambda) = 2 artanh(1 - 2 lambda) / (1 - 2 lambda) from lambda = sigmoid(logits): lambda rounds to exactly 1/2 "
+        "near logit 0 (0/0: NaN), and in float32 1 - 2 lambda rounds to exactly -1 or 1 beyond |logit| 17 (artanh = -inf or inf: log C = inf).",
+        "work in logits, where C = l / tanh(l / 2) is finite for every l != 0, and use the Taylor expansion near 0.",
+        "Loaiza-Ganem & Cunningham 2019, Sec. 3 (C(lambda), C(1/2) = 2 as a limit); torch/distributions/"
+        "continuous_bernoulli.py: _cont_bern_log_norm (log C as a difference of logs, a Taylor series inside lims=(0.499, 0.501))",
+        log_norm_from_probs),
+    Bug("taylor_where_unguarded", "continuous_bernoulli_log_norm", "the closed form evaluated inside the Taylor window",
+        "torch.where picks the Taylor value near logit 0, but the backward pass multiplies the discarded closed form's "
+        "gradient by 0, and at logit 0 that gradient is NaN: 0 * NaN = NaN, so one logit of exactly 0 gives NaN gradients.",
+        "give the closed form a harmless input inside the window (torch.where on the input too), so no branch sees 0.",
+        "torch/distributions/continuous_bernoulli.py: _cut_probs (lambda replaced by lims[0] inside the window before "
+        "the closed form); pytorch/pytorch #10729 (torch.where's gradient is NaN where the branch it did not pick is); "
+        "JAX FAQ, 'Gradients contain NaN where using where'",
+        taylor_where_unguarded),
+    Bug("mean_is_sigmoid", "continuous_bernoulli_mean", "sigmoid(logits) taken as the mean",
+        "lambda = sigmoid(logits) is the Bernoulli's mean, not the continuous Bernoulli's: E[x] = lambda / (2 lambda - 1) + "
+        "1 / (2 artanh(1 - 2 lambda)) is pulled toward 1/2 (0.657 at logit 2, where lambda = 0.881).",
+        "compute E[x] from the continuous Bernoulli's density, as the lab derives it, not the Bernoulli's.",
+        "Loaiza-Ganem & Cunningham 2019, Sec. 3 (the mean); torch.distributions.ContinuousBernoulli docstring "
+        "('probs' does not correspond to a probability)",
+        mean_is_sigmoid),
+    Bug("log_norm_left_out", "continuous_bernoulli_negative_elbo", "the normalising constant left out",
+        "without - sum log C the loss is the Bernoulli's of section 4: not a bound on a density of grey levels (at logits 0 "
+        "it is 64 log 2 instead of 0), and its gradient differs by that of log C.",
+        "the continuous Bernoulli's log-likelihood is the Bernoulli's plus log C: check that your loss subtracts it, per pixel.",
+        "Loaiza-Ganem & Cunningham 2019 (the 'pervasive error' of the title: the Bernoulli likelihood on [0, 1] data, "
+        "missing the normalising constant)",
+        log_norm_left_out),
+    Bug("free_bits_on_total_kl", "free_bits_kl", "free bits applied to the KL summed over dimensions",
+        "max(D * lambda, total KL) clamps the sum, not each dimension: once the total passes D * lambda, nothing holds a "
+        "dimension at lambda, and a few dimensions can hold all the free nats while the rest carry almost none.",
+        "clamp each latent dimension's (each group's) batch-mean KL at free_bits, then sum over dimensions.",
+        "Kingma et al. 2016, Improved Variational Inference with Inverse Autoregressive Flow, its appendix (free bits: "
+        "max(lambda, minibatch-mean KL) per group of latents, summed over the groups)",
+        free_bits_on_total_kl),
 ]

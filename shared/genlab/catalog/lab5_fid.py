@@ -141,6 +141,41 @@ def left_in_eval(calls) -> bool:
     return False
 
 
+# --- precision_recall_density_coverage ------------------------------------------------------------------
+@edit("precision_recall_density_coverage")
+def precision_recall_swapped(precision_recall_density_coverage, real, fake, k):
+    metrics = dict(precision_recall_density_coverage(real, fake, k))
+    # precision counted with the generated set's balls and recall with the real set's: each reports the other
+    metrics["precision"], metrics["recall"] = metrics["recall"], metrics["precision"]
+    return metrics
+
+
+# --- bootstrap_draws ---------------------------------------------------------------------------------
+def half_without_replacement(sizes, n_boot, generator=None):
+    # compare-mt's paired bootstrap: shuffle the ids and keep the first half, every resample
+    return [torch.stack([torch.randperm(n, generator=generator)[: n // 2] for _ in range(n_boot)]) for n in sizes]
+
+
+@edit("bootstrap_draws")
+def half_with_replacement(bootstrap_draws, sizes, n_boot, generator=None):
+    # ExplainaBoard's prop_samples = 0.5: each resample draws max(N / 2, 1) rows with replacement, not N
+    return [rows[:, : max(n // 2, 1)] for rows, n in zip(bootstrap_draws(sizes, n_boot, generator), sizes)]
+
+
+def _halved(calls, repeats: bool) -> bool:
+    """Draws of half each set's size (at least 8 rows), whose resamples repeat rows (``repeats``) or never do: what
+    names the two halved bootstraps, whose draws are random and of one shape."""
+    for call in calls:
+        if call.kind != "call" or call.error is not None or not isinstance(call.result, (list, tuple)):
+            continue
+        sizes = call.args[0] if call.args else call.kwargs.get("sizes", ())
+        for rows, n in zip(call.result, sizes):
+            if isinstance(rows, torch.Tensor) and rows.dim() == 2 and n >= 8 and rows.shape[1] == n // 2:
+                if any(len(set(r.tolist())) < len(r) for r in rows) == repeats:
+                    return True
+    return False
+
+
 BUGS = [
     Bug("torch_cov_rows", "feature_stats", "torch.cov(features) on [N, D] features",
         "torch.cov treats each ROW as a variable, so on [N, D] features it returns the [N, N] covariance of the "
@@ -200,4 +235,25 @@ BUGS = [
         "fartashf/vsepp #4 (validation left the model in eval mode; results changed noticeably once fixed); "
         "wkentaro/pytorch-fcn #56 (return to train mode after validation)",
         mode_not_restored, detect=left_in_eval),
+    Bug("precision_recall_swapped", "precision_recall_density_coverage", "precision and recall swapped",
+        "precision is measured with the generated samples' balls and recall with the real ones': a dropped mode then "
+        "reads as a loss of fidelity and samples off the real manifold as a loss of diversity: each failure is "
+        "named as the other.",
+        "precision asks whether each generated sample lies inside some REAL point's ball; recall, whether each real "
+        "point lies inside some GENERATED sample's ball: check whose radii each one uses.",
+        "toshas/torch-fidelity #58 (a mode-collapsed model scored precision 4e-05 and recall 0.99), fixed by PR #70 "
+        "(February 2026, 'Fix precision/recall swap in PRC metric')",
+        precision_recall_swapped),
+    Bug("half_without_replacement", "bootstrap_draws", "each resample a random half, drawn without replacement",
+        "a bootstrap resample must have the set's own size and be drawn with replacement; half the rows without "
+        "replacement is subsampling: a statistic with a sample-size bias (FID) is then computed at N / 2.",
+        "each resample draws n rows from the n rows, with replacement (so that some rows repeat).",
+        "neulab/compare-mt #108 (its paired bootstrap kept a shuffled half, sample_ratio = 0.5; fixed in July 2019)",
+        half_without_replacement, detect=lambda calls: _halved(calls, repeats=False)),
+    Bug("half_with_replacement", "bootstrap_draws", "each resample half the set's size",
+        "drawing N / 2 rows with replacement widens the spread of a mean by about sqrt(2) and computes a "
+        "size-biased statistic (FID) at N / 2: the interval describes a sample half the size of yours.",
+        "each resample has as many rows as the set it resamples.",
+        "neulab/ExplainaBoard PR #502 (removed prop_samples = 0.5 from calc_confidence_interval, 2022)",
+        half_with_replacement, detect=lambda calls: _halved(calls, repeats=True)),
 ]
