@@ -109,7 +109,7 @@ def test_finfo_min_plus_finfo_min_is_minus_inf_and_a_doubly_hidden_row_is_nan():
 def test_section_1_and_8_4_state_the_threshold_and_the_double_mask():
     cells = _cells()
     text = " ".join(cells["derivation_attention"].split())
-    assert "$s \\le -16$" in text and "in **every** dtype" in text and "PR #27114" in text and "PR #2658" in text
+    assert "$S \\le -16$" in text and "in **every** dtype" in text and "PR #27114" in text and "PR #2658" in text
     assert "the sum overflows to $-\\infty$ (a fully masked row" not in text   # the old, overgeneralised sentence
     code = cells["failure_fp16"]
     assert "nextafter" in code and "finfo.min + finfo.min" in code and "pad_queries" in code

@@ -68,30 +68,30 @@ HAND_GRADES = [
     ("zberg", "beta_sweep_discussion", 1.0, "Name the trade-off: the KL term against the reconstruction."),
 ]
 
-# Worked by hand. Lab 1 has 26 autograded points (17 test cells) and 5 hand-graded (3 + 2): 31 in all.
-# - jmuller, the reference, on time: 26 + 2.5 + 2 = 30.5.
+# Worked by hand. Lab 1 has 40 autograded points (24 test cells) and 5 hand-graded (3 + 2): 45 in all.
+# - jmuller, the reference, on time: 40 + 2.5 + 2 = 44.5.
 # - aoneil, iwae_bound without the - log K: iwae_bound_value and iwae_bound_stability (2 + 2) compare values
-#   and fail; the shape and the gradient (a constant shift) pass: 26 - 4 = 22. Submitted 30 h after the due
+#   and fail; the shape and the gradient (a constant shift) pass: 40 - 4 = 36. Submitted 30 h after the due
 #   date, within her 48-hour extension: no penalty. One answer pending, so the LMS columns stay blank (not 0).
-# - zberg, a correct variant: 26 + 2 + 1 = 29, submitted 3 h 12 min late: 4 started hours at 2.5% = 10%,
-#   2.9 points: 26.1.
+# - zberg, a correct variant: 40 + 2 + 1 = 43, submitted 3 h 12 min late: 4 started hours at 2.5% = 10%,
+#   4.3 points: 38.7.
 CANVAS = """Student,ID,SIS User ID,SIS Login ID,Section,Lab 1: VAE (48213)
-Points Possible,,,,,31
-"Müller, José",1001,S1,jmuller,A,30.5
+Points Possible,,,,,45
+"Müller, José",1001,S1,jmuller,A,44.5
 "O'Neil, Anne-Marie",1002,S2,aoneil,A,
-"van der Berg, Zoë",1003,S3,zberg,B,26.1
+"van der Berg, Zoë",1003,S3,zberg,B,38.7
 """
 MOODLE = """Full name,ID number,Email address,lab1_vae
-"Müller, José",S1,jose@uni.example,30.5
+"Müller, José",S1,jose@uni.example,44.5
 "O'Neil, Anne-Marie",S2,anne@uni.example,
-"van der Berg, Zoë",S3,zoe@uni.example,26.1
+"van der Berg, Zoë",S3,zoe@uni.example,38.7
 """
 SCORE_LINES = {
-    "jmuller": "Score: 30.5 / 31 (26 / 26 autograded, 4.5 / 5 hand-graded)",
-    "aoneil": "Score: 22 / 26 autograded; 2 points of hand-graded answers still to be graded (out of 31 in all); "
+    "jmuller": "Score: 44.5 / 45 (40 / 40 autograded, 4.5 / 5 hand-graded)",
+    "aoneil": "Score: 36 / 40 autograded; 2 points of hand-graded answers still to be graded (out of 45 in all); "
               "submitted by the extended due date: no penalty",
-    "zberg": "Score: 29 / 31 (26 / 26 autograded, 3 / 5 hand-graded); submitted 3 h 12 min late: −10% "
-             "(-2.9 points): 26.1 / 31",
+    "zberg": "Score: 43 / 45 (40 / 40 autograded, 3 / 5 hand-graded); submitted 3 h 12 min late: −10% "
+             "(-4.3 points): 38.7 / 45",
 }
 
 
@@ -237,12 +237,12 @@ def test_a_term_from_the_canvas_zip_to_the_lms_import(tmp_path, browser):
     assert export("canvas", *roster, "--column", "lab1_vae=Lab 1: VAE (48213)") == CANVAS
     assert export("moodle", *roster) == MOODLE
     per_test = list(csv.DictReader(io.StringIO(export("csv"))))
-    assert len(per_test) == 3 * (17 + 2) + 1        # 17 tests and 2 answers per student, and zberg's penalty
+    assert len(per_test) == 3 * (24 + 2) + 1        # 24 tests and 2 answers per student, and zberg's penalty
     by = {(r["student"], r["cell"]): r for r in per_test}
     assert (by["aoneil", "beta_sweep_discussion"]["score"], by["aoneil", "beta_sweep_discussion"]["status"]) == \
         ("", "pending")
     assert by["jmuller", "derivation_kl_general"]["score"] == "2.5"
-    assert by["zberg", "late penalty"]["score"] == "-2.9"
+    assert by["zberg", "late penalty"]["score"] == "-4.3"
     assert by["aoneil", "iwae_bound_value"]["diagnosis"] == "iwae_missing_log_k"
 
     # a regrade of the same run never applies the penalty twice
