@@ -51,3 +51,32 @@ def test_catalogue_says_what_peft_merge_does():
     merge_text = cells_by_id(SOURCE)["derivation_merge"].source
     assert "peft computes the product in float32 and rounds once" not in merge_text
     assert 'device.type == "cpu"' in merge_text
+
+
+def test_section_8_quotes_peft_dora_as_it_is():
+    """What section 8 says of peft's DoRA (issue 25): the norm over dim=1 of [out, in], detached, citing Sec. 4.3."""
+    import inspect
+
+    import peft.tuners.lora.dora as dora
+
+    source = inspect.getsource(dora)
+    text = cells_by_id(SOURCE)["derivation_dora"].source
+    assert "torch.linalg.norm(weight, dim=1)" in text and "torch.linalg.norm(weight, dim=1" in source
+    assert "weight_norm = weight_norm.detach()" in text and "weight_norm = weight_norm.detach()" in source
+    assert "section 4.3" in source.lower()
+
+
+def test_section_9_code_book_is_bitsandbytes_table():
+    """The table the NF4 tests hold is bitsandbytes' published one, and the catalogue's bugs cite real sources."""
+    published = [-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
+                 -0.18477343022823334, -0.09105003625154495, 0.0, 0.07958029955625534, 0.16093020141124725,
+                 0.24611230194568634, 0.33791524171829224, 0.44070982933044434, 0.5626170039176941,
+                 0.7229568362236023, 1.0]
+    test = cells_by_id(SOURCE)["nf4_code_book_value"].source
+    assert all(repr(v) in test for v in published)
+    entries = {b.id: b for b in bugs_for("lab4_lora")}
+    for bug_id, cited in (("norm_over_inputs", "NVlabs/DoRA issue #11"), ("norm_of_base_weight", "ComfyUI PR #15458"),
+                          ("symmetric_code_book", "artidoro/qlora issue #299"),
+                          ("partial_block_dropped", "bitsandbytes PR #1884"),
+                          ("whole_blocks_assumed", "NVIDIA/Model-Optimizer issue #183")):
+        assert cited in entries[bug_id].reference, bug_id

@@ -61,9 +61,64 @@ def substring_match(model, target_modules, r, alpha, dropout=0.0):
     return model
 
 
+
+# --- dora_weight_norm --------------------------------------------------------------------------------------
+def norm_over_inputs(weight, A, B, scaling):
+    compute = torch.promote_types(weight.dtype, torch.float32)
+    V = weight.to(compute) + scaling * (B.to(compute) @ A.to(compute))
+    return torch.linalg.vector_norm(V, dim=0).detach()   # dim=0: one norm per input column
+
+
+def norm_of_base_weight(weight, A, B, scaling):
+    compute = torch.promote_types(weight.dtype, torch.float32)
+    return torch.linalg.vector_norm(weight.to(compute), dim=1).detach()   # ||W||, the adapter left out
+
+
+# --- nf4_code_book -----------------------------------------------------------------------------------------
+def symmetric_code_book(offset=0.9677083):
+    normal = torch.distributions.Normal(0.0, 1.0)
+    negative = -normal.icdf(torch.linspace(offset, 0.5, 8, dtype=torch.float64)[:-1])
+    # the 7 negative quantiles mirrored: 15 values, symmetric about 0
+    values = torch.cat([negative, torch.zeros(1, dtype=torch.float64), -negative]).sort().values
+    return (values / values.max()).float()
+
+
+# --- nf4_quantize ------------------------------------------------------------------------------------------
+def _nf4_values():
+    normal = torch.distributions.Normal(0.0, 1.0)
+    positive = normal.icdf(torch.linspace(0.9677083, 0.5, 9, dtype=torch.float64)[:-1])
+    negative = -normal.icdf(torch.linspace(0.9677083, 0.5, 8, dtype=torch.float64)[:-1])
+    values = torch.cat([negative, torch.zeros(1, dtype=torch.float64), positive]).sort().values
+    return (values / values.max()).float()
+
+
+def partial_block_dropped(weight, block_size=64):
+    flat = weight.detach().flatten().float()
+    n_blocks = flat.numel() // block_size                 # whole blocks only: the tail is left out
+    blocks = flat[: n_blocks * block_size].view(n_blocks, block_size)
+    absmax = blocks.abs().amax(dim=1)
+    scaled = blocks / torch.where(absmax > 0, absmax, 1.0)[:, None]
+    codes = (scaled[..., None] - _nf4_values()).abs().argmin(dim=-1)
+    return codes.flatten().to(torch.uint8), absmax
+
+
+# --- double_quantize ---------------------------------------------------------------------------------------
+def whole_blocks_assumed(absmax, block_size=256):
+    offset = absmax.float().mean()
+    blocks = (absmax.float() - offset).view(-1, block_size)   # raises unless a multiple of block_size
+    scales = blocks.abs().amax(dim=1) / 127
+    q = torch.round(blocks / torch.where(scales > 0, scales, 1.0)[:, None])
+    return q.flatten().to(torch.int8), scales, offset
+
+
 BODIES = {fn.__name__: fn for fn in (
     random_b_init,
     zero_init_both,
     dropout_ignores_training,
     substring_match,
+    norm_over_inputs,
+    norm_of_base_weight,
+    symmetric_code_book,
+    partial_block_dropped,
+    whole_blocks_assumed,
 )}

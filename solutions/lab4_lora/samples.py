@@ -338,3 +338,155 @@ SAMPLES["lab4_attack_memory_mode_aware"] = {
               + _MERGED},
     "expect": {"failed_tests": ["lora_forward_memory"],
                "message": {"lora_forward_memory": "allocates"}}}
+
+# -- DoRA and NF4 (issue 25) ----------------------------------------------------------------------------------
+NORM_HEAD = "def dora_weight_norm(weight, A, B, scaling):\n"
+DORA_HEAD = "def dora_forward(x, weight, bias, A, B, magnitude, scaling):\n"
+MERGE_DORA_HEAD = "def merge_dora(weight, A, B, magnitude, scaling):\n"
+BOOK_HEAD = "def nf4_code_book(offset=0.9677083):\n"
+QUANT_HEAD = "def nf4_quantize(weight, block_size=64):\n"
+DEQUANT_HEAD = "def nf4_dequantize(codes, absmax, shape, block_size=64):\n"
+DOUBLE_HEAD = "def double_quantize(absmax, block_size=256):\n"
+BITS_HEAD = "def bits_per_parameter(block_size=64, double_quant_block_size=None):\n"
+_DORA_LINEAR = (
+    "class DoRALinear(nn.Module):\n"
+    "    def __init__(self, base, r, alpha, rslora=False):\n"
+    "        super().__init__()\n"
+    "        if not isinstance(base, nn.Linear):\n"
+    "            raise TypeError('DoRALinear needs an nn.Linear')\n"
+    "        self.base = base\n"
+    "        for p in base.parameters():\n"
+    "            p.requires_grad = False\n"
+    "        kw = dict(dtype=base.weight.dtype, device=base.weight.device)\n"
+    "        self.lora_A = nn.Linear(base.in_features, r, bias=False, **kw)\n"
+    "        self.lora_B = nn.Linear(r, base.out_features, bias=False, **kw)\n"
+    "        A, B = lora_init(base.in_features, base.out_features, r, **kw)\n"
+    "        with torch.no_grad():\n"
+    "            self.lora_A.weight.copy_(A)\n"
+    "            self.lora_B.weight.copy_(B)\n"
+    "        self.s = lora_scaling(alpha, r, rslora)\n"
+    "        self.magnitude = nn.Parameter(MAGNITUDE)\n"
+    "\n"
+    "    def forward(self, x):\n"
+    "        return dora_forward(x, self.base.weight, self.base.bias, self.lora_A.weight, self.lora_B.weight,\n"
+    "                            self.magnitude, self.s)\n")
+
+# Correct variants: the merged weight's rows scaled by the detached m / ||V|| (no bottleneck), the norm as the square
+# root of a sum of squares under no_grad, a merge in float32 whatever the weight's dtype (the precision freedom), and
+# the factors held as nn.Linear layers with the magnitude cloned from base.weight's row norms
+SAMPLES["lab4_variant_dora_merged_weight"] = {"expect": {"full": True}, "cells": {
+    "dora_weight_norm": NORM_HEAD +
+    "    dtype = torch.float64 if weight.dtype == torch.float64 else torch.float32\n"
+    "    with torch.no_grad():\n"
+    "        V = torch.addmm(weight.to(dtype), B.to(dtype), A.to(dtype), alpha=scaling)\n"
+    "        return (V * V).sum(dim=1).sqrt()\n",
+    "dora_forward": DORA_HEAD +
+    "    dtype = torch.promote_types(weight.dtype, torch.float32)\n"
+    "    V = weight.to(dtype) + scaling * B.to(dtype) @ A.to(dtype)\n"
+    "    scale = magnitude.to(dtype) / V.detach().norm(dim=1)\n"
+    "    return F.linear(x.to(dtype), scale[:, None] * V, None if bias is None else bias.to(dtype)).to(x.dtype)\n",
+    "merge_dora": MERGE_DORA_HEAD +
+    "    with torch.no_grad():\n"
+    "        V = weight.float() + scaling * (B.float() @ A.float())\n"
+    "        return (V / V.norm(dim=1, keepdim=True) * magnitude.float()[:, None]).to(weight.dtype)\n",
+    "DoRALinear": _DORA_LINEAR.replace("MAGNITUDE", "base.weight.detach().norm(dim=1).clone()"),
+}}
+# NF4 by other roads: the quantiles from scipy, the nearest code by bucketize on the midpoints block by block
+# (ties go to the lower code), dequantization block by block, double quantization with a Python float offset and a
+# loop, the bits as one formula
+SAMPLES["lab4_variant_nf4_bucketize"] = {"expect": {"full": True}, "cells": {
+    "nf4_code_book": "from scipy.stats import norm\n\n" + BOOK_HEAD +
+    "    import numpy as np\n"
+    "    pos = norm.ppf(np.linspace(offset, 0.5, 9)[:-1])\n"
+    "    neg = -norm.ppf(np.linspace(offset, 0.5, 8)[:-1])\n"
+    "    v = np.sort(np.concatenate([neg, [0.0], pos]))\n"
+    "    return torch.tensor(v / v.max(), dtype=torch.float32)\n",
+    "nf4_quantize": QUANT_HEAD +
+    "    book = nf4_code_book().double()\n"
+    "    mids = (book[1:] + book[:-1]) / 2\n"
+    "    flat = weight.reshape(-1).double()\n"
+    "    codes, absmax = [], []\n"
+    "    for start in range(0, flat.numel(), block_size):\n"
+    "        block = flat[start:start + block_size]\n"
+    "        a = block.abs().max()\n"
+    "        absmax.append(a.float())\n"
+    "        codes.append(torch.bucketize(block / a if a > 0 else block, mids))\n"
+    "    return torch.cat(codes).to(torch.uint8), torch.stack(absmax)\n",
+    "nf4_dequantize": DEQUANT_HEAD +
+    "    book = nf4_code_book()\n"
+    "    parts = [book[c.long()] * a for c, a in zip(codes.split(block_size), absmax.float())]\n"
+    "    return torch.cat(parts).reshape(shape)\n",
+    "double_quantize": DOUBLE_HEAD +
+    "    offset = float(absmax.double().mean())\n"
+    "    qs, scales = [], []\n"
+    "    for block in (absmax.double() - offset).split(block_size):\n"
+    "        scale = block.abs().max() / 127\n"
+    "        qs.append(torch.round(block / scale) if scale > 0 else torch.zeros_like(block))\n"
+    "        scales.append(scale.float())\n"
+    "    return torch.cat(qs).to(torch.int8), torch.stack(scales), offset\n",
+    "bits_per_parameter": BITS_HEAD +
+    "    constant_bits = 32 if double_quant_block_size is None else 8 + 32 / double_quant_block_size\n"
+    "    return 4 + constant_bits / block_size\n",
+}}
+
+# Bugs the tests catch (each below is a mistake the lab's text warns of; the catalogued ones follow)
+SAMPLES["lab4_bug_dora_magnitude_ones"] = {"expect": {"failed_tests": ["DoRALinear_parameters"]}, "cells": {
+    "DoRALinear": _DORA_LINEAR.replace("MAGNITUDE", "torch.ones(base.out_features, **kw)")}}
+SAMPLES["lab4_bug_dora_bias_scaled"] = {"expect": {"failed_tests": ["dora_forward_value"]}, "cells": {
+    "dora_forward": DORA_HEAD +
+    "    norm = dora_weight_norm(weight, A, B, scaling)\n"
+    "    out = F.linear(x, weight, bias) + scaling * F.linear(F.linear(x, A), B)   # the bias scaled with the rest\n"
+    "    return out * (magnitude.to(norm.dtype) / norm).to(x.dtype)\n"}}
+SAMPLES["lab4_bug_double_quantize_no_offset"] = {"expect": {"failed_tests": ["double_quantize_value"]}, "cells": {
+    "double_quantize": DOUBLE_HEAD +
+    "    centred = absmax.float()\n"
+    "    n_blocks = -(-centred.numel() // block_size)\n"
+    "    blocks = F.pad(centred, (0, n_blocks * block_size - centred.numel())).view(n_blocks, block_size)\n"
+    "    scales = blocks.abs().amax(dim=1) / 127\n"
+    "    q = torch.round(blocks / torch.where(scales > 0, scales, 1.0)[:, None])\n"
+    "    return q.flatten()[:centred.numel()].to(torch.int8), scales, torch.zeros(())\n"}}
+SAMPLES["lab4_bug_bits_without_constants"] = {"expect": {"failed_tests": ["bits_per_parameter_value"]}, "cells": {
+    "bits_per_parameter": BITS_HEAD + "    return 4.0\n"}}
+
+DEPENDS |= {
+    "dora_forward": ["dora_weight_norm"],
+    "DoRALinear": ["dora_forward", "dora_weight_norm", "lora_init", "lora_scaling"],
+    "nf4_quantize": ["nf4_code_book"],
+    "nf4_dequantize": ["nf4_code_book", "nf4_quantize"],
+}
+
+for _bug, _function in (("norm_over_inputs", "dora_weight_norm"), ("norm_of_base_weight", "dora_weight_norm"),
+                        ("symmetric_code_book", "nf4_code_book"), ("partial_block_dropped", "nf4_quantize"),
+                        ("whole_blocks_assumed", "double_quantize")):
+    SAMPLES[f"lab4_bug_{_bug}"] = {"cells": {_function: bug_cell(LAB, _bug)},
+                                   "expect": {"bug": _bug, "function": _function}}
+
+# Bugs with a source but no entry of the catalogue (a class, or a symptom the replay of values cannot name): the
+# tests still catch them. The magnitude frozen: torchtune issue #2250 (after PR #1909, DoRA's magnitudes stopped
+# training and DoRA runs equalled LoRA's). The norm left in the graph: against Liu et al. Sec. 4.3.
+SAMPLES["lab4_bug_dora_magnitude_frozen"] = {"expect": {"failed_tests": ["DoRALinear_parameters"]}, "cells": {
+    "DoRALinear": _DORA_LINEAR.replace("nn.Parameter(MAGNITUDE)",
+                                       "nn.Parameter(base.weight.detach().norm(dim=1), requires_grad=False)")}}
+SAMPLES["lab4_bug_dora_norm_not_detached"] = {
+    "expect": {"failed_tests": ["dora_weight_norm_value", "dora_forward_gradient"]}, "cells": {
+        "dora_weight_norm": NORM_HEAD +
+        "    compute = torch.promote_types(weight.dtype, torch.float32)\n"
+        "    V = weight.to(compute) + scaling * (B.to(compute) @ A.to(compute))\n"
+        "    return torch.linalg.vector_norm(V, dim=1)   # left in the graph\n"}}
+# NF4 scaled by one absmax for the whole tensor, and the code index taken by rounding onto 16 even steps
+SAMPLES["lab4_bug_nf4_global_absmax"] = {"expect": {"failed_tests": ["nf4_quantize_value"]}, "cells": {
+    "nf4_quantize": QUANT_HEAD +
+    "    flat = weight.detach().flatten().float()\n"
+    "    n_blocks = -(-flat.numel() // block_size)\n"
+    "    scale = flat.abs().max()\n"
+    "    codes = ((flat / scale)[:, None] - nf4_code_book()).abs().argmin(dim=-1)\n"
+    "    return codes.to(torch.uint8), scale.repeat(n_blocks)\n"}}
+SAMPLES["lab4_bug_nf4_rounded_index"] = {"expect": {"failed_tests": ["nf4_quantize_value"]}, "cells": {
+    "nf4_quantize": QUANT_HEAD +
+    "    flat = weight.detach().flatten().float()\n"
+    "    n_blocks = -(-flat.numel() // block_size)\n"
+    "    blocks = F.pad(flat, (0, n_blocks * block_size - flat.numel())).view(n_blocks, block_size)\n"
+    "    absmax = blocks.abs().amax(dim=1)\n"
+    "    scaled = blocks / torch.where(absmax > 0, absmax, 1.0)[:, None]\n"
+    "    codes = torch.round((scaled + 1) * 7.5)   # 16 evenly spaced steps, not the nearest NF4 value\n"
+    "    return codes.flatten()[:flat.numel()].to(torch.uint8), absmax\n"}}

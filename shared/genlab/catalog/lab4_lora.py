@@ -124,6 +124,46 @@ def _adapts_substring_matches(calls) -> bool:
     return told_apart
 
 
+
+# --- dora_weight_norm --------------------------------------------------------------------------------------
+@edit("dora_weight_norm")
+def norm_over_inputs(dora_weight_norm, weight, A, B, scaling):
+    # one norm per input column instead of one per output row (the paper's ||.||_c read on an [out, in] weight):
+    # the columns of W + s B A are the rows of W^T + s A^T B^T, which your function gives for the transposes
+    return dora_weight_norm(weight.mT, B.mT, A.mT, scaling)
+
+
+@edit("dora_weight_norm")
+def norm_of_base_weight(dora_weight_norm, weight, A, B, scaling):
+    # the norm of the pretrained weight W where the adapted one, W + s B A, is meant
+    return dora_weight_norm(weight, A, torch.zeros_like(B), scaling)
+
+
+# --- nf4_code_book -----------------------------------------------------------------------------------------
+@edit("nf4_code_book")
+def symmetric_code_book(nf4_code_book, offset=0.9677083):
+    # 7 negative values, 0, and the same 7 mirrored: 15 values symmetric about 0, NF4's eighth positive value
+    # (what makes the type asymmetric and uses all 16 codes) left out
+    negative = nf4_code_book(offset)[:7]
+    return torch.cat([negative, torch.zeros(1, dtype=negative.dtype), -negative.flip(0)])
+
+
+# --- nf4_quantize ------------------------------------------------------------------------------------------
+@edit("nf4_quantize")
+def partial_block_dropped(nf4_quantize, weight, block_size=64):
+    # whole blocks only: the entries after the last multiple of block_size get no code and no absmax
+    flat = weight.flatten()
+    return nf4_quantize(flat[: flat.numel() // block_size * block_size], block_size)
+
+
+# --- double_quantize ---------------------------------------------------------------------------------------
+@edit("double_quantize")
+def whole_blocks_assumed(double_quantize, absmax, block_size=256):
+    # the constants cut with .view(-1, block_size), which raises unless their number is a multiple of block_size
+    absmax.reshape(-1, block_size)
+    return double_quantize(absmax, block_size)
+
+
 BUGS = [
     Bug("random_b_init", "lora_init", "B initialised randomly as well as A",
         "with B != 0 the adapter changes the model before any training step: B A is a random matrix added to "
@@ -178,4 +218,52 @@ BUGS = [
         "peft tuners/tuners_utils.py check_target_module_exists (exact or '.' + key suffix); peft issue "
         "#1959 (target_modules silently matching unintended layers)",
         substring_match, detect=_adapts_substring_matches),
+    Bug("norm_over_inputs", "dora_weight_norm", "DoRA's norm taken per input column instead of per output row",
+        "the magnitude and the norm get one entry per input feature: on a layer whose in and out differ the "
+        "scale m / ||V|| does not even broadcast over the outputs, and on a square one each output is scaled by "
+        "the norm of an unrelated column.",
+        "look at the axis of the norm: an nn.Linear stores its weight as [out, in], and DoRA keeps one magnitude "
+        "per output unit (section 8, Which axis).",
+        "Liu et al. 2024 (arXiv 2402.09353), Sec. 3.1 (W in R^{d x k}, m in R^{1 x k}, ||.||_c per column) against "
+        "peft tuners/lora/dora.py, DoraLinearLayer.get_weight_norm (torch.linalg.norm(weight, dim=1)); "
+        "NVlabs/DoRA issue #11 (the paper's 1 x k magnitude against the code's per-row norm); "
+        "wanshuiyin/ARIS-in-AI-Offer PR #17 (a DoRALinear with weight.norm(dim=0), fixed to dim=1)",
+        norm_over_inputs),
+    Bug("norm_of_base_weight", "dora_weight_norm", "DoRA divides by ||W||, not by ||W + s B A||",
+        "the direction V / ||W|| is no longer a unit vector once B moves: the merged rows' norms are m * ||V|| / "
+        "||W|| instead of m, so the magnitude no longer sets the length it was meant to.",
+        "the norm is that of the adapted weight, the one being normalised, recomputed from the current A and B "
+        "(section 8).",
+        "Liu et al. 2024 (arXiv 2402.09353), eq. 5 (m (W0 + BA) / ||W0 + BA||_c); Comfy-Org/ComfyUI PR #15458 "
+        "(DoRA's output-axis branch normalised W + dW by ||W||, 'instead of the DoRA decomposition')",
+        norm_of_base_weight),
+    Bug("symmetric_code_book", "nf4_code_book", "a symmetric 15-value code book instead of NF4's 16",
+        "with 7 values on each side of 0 one of the 16 codes is never used and the positive side loses a level: "
+        "the largest gap near +1 grows and so does the rounding error of large positive weights.",
+        "NF4 is asymmetric on purpose: count the quantiles on each side of 0 in section 9 (8 positive, 7 "
+        "negative and an exact 0).",
+        "Dettmers et al. 2023 (arXiv 2305.14314), Sec. 3 (NF4: 2^(k-1) positive and 2^(k-1) + 1 negative "
+        "quantiles, one zero removed) and bitsandbytes create_normal_map(use_extra_value=True); artidoro/qlora "
+        "issue #299 (a 'NF4 codebook (values used in QLoRA)' of 15 symmetric values offered as an answer, "
+        "2025-09-26)",
+        symmetric_code_book),
+    Bug("partial_block_dropped", "nf4_quantize", "the last, partial block left out",
+        "when the number of weights is not a multiple of block_size, the tail after the last whole block gets "
+        "no code and no absmax: the quantized tensor is smaller than the weight and cannot be dequantized to "
+        "its shape.",
+        "count the blocks with a ceiling division: the last block may be shorter, and keeps an absmax of its "
+        "own (section 9, Blockwise absmax).",
+        "bitsandbytes PR #1884 ('Fix 4-bit quantization for weight matrices not divisible by blocksize', "
+        "2026-03-03: the Triton kernels assumed whole blocks, and the last block's absmax was computed over "
+        "uninitialized memory; fixed by zero-padding)",
+        partial_block_dropped),
+    Bug("whole_blocks_assumed", "double_quantize", "double quantization that needs a whole number of blocks",
+        "the constants are cut with view(-1, block_size): a weight whose number of blocks is not a multiple of "
+        "the double-quantization block size (40 constants for a [10, 256] layer) raises instead of being "
+        "quantized.",
+        "let the last block of constants be shorter, as nf4_quantize does for weights (section 9, Double "
+        "quantization).",
+        "NVIDIA/Model-Optimizer issue #183 ('Issue processing NF4 double quantization', 2025-04-22: an error "
+        "because the scales were not divisible by the block size; fix: pad the scales)",
+        whole_blocks_assumed),
 ]
