@@ -348,6 +348,8 @@ QUANT_HEAD = "def nf4_quantize(weight, block_size=64):\n"
 DEQUANT_HEAD = "def nf4_dequantize(codes, absmax, shape, block_size=64):\n"
 DOUBLE_HEAD = "def double_quantize(absmax, block_size=256):\n"
 BITS_HEAD = "def bits_per_parameter(block_size=64, double_quant_block_size=None):\n"
+PACK_HEAD = "def pack_4bit(codes):\n"
+UNPACK_HEAD = "def unpack_4bit(packed, n):\n"
 _DORA_LINEAR = (
     "class DoRALinear(nn.Module):\n"
     "    def __init__(self, base, r, alpha, rslora=False):\n"
@@ -427,11 +429,24 @@ SAMPLES["lab4_variant_nf4_bucketize"] = {"expect": {"full": True}, "cells": {
     "bits_per_parameter": BITS_HEAD +
     "    constant_bits = 32 if double_quant_block_size is None else 8 + 32 / double_quant_block_size\n"
     "    return 4 + constant_bits / block_size\n",
+    "pack_4bit": PACK_HEAD +
+    "    flat = codes.reshape(-1).long().tolist()\n"
+    "    if len(flat) % 2:\n"
+    "        flat.append(0)\n"
+    "    return torch.tensor([flat[i] * 16 + flat[i + 1] for i in range(0, len(flat), 2)], dtype=torch.uint8)\n",
+    "unpack_4bit": UNPACK_HEAD +
+    "    out = []\n"
+    "    for byte in packed.tolist():\n"
+    "        out += [byte // 16, byte % 16]\n"
+    "    return torch.tensor(out[:n], dtype=torch.uint8)\n",
 }}
 
 # Bugs the tests catch (each below is a mistake the lab's text warns of; the catalogued ones follow)
-SAMPLES["lab4_bug_dora_magnitude_ones"] = {"expect": {"failed_tests": ["DoRALinear_parameters"]}, "cells": {
-    "DoRALinear": _DORA_LINEAR.replace("MAGNITUDE", "torch.ones(base.out_features, **kw)")}}
+# The magnitude taken from a fresh, randomly initialised layer instead of the pretrained one (mlx-examples PR #914:
+# DoRALinear.from_linear kept the m of its placeholder nn.Linear)
+SAMPLES["lab4_bug_dora_magnitude_from_placeholder"] = {"expect": {"failed_tests": ["DoRALinear_parameters"]}, "cells": {
+    "DoRALinear": _DORA_LINEAR.replace(
+        "MAGNITUDE", "nn.Linear(base.in_features, base.out_features, **kw).weight.detach().norm(dim=1)")}}
 SAMPLES["lab4_bug_dora_bias_scaled"] = {"expect": {"failed_tests": ["dora_forward_value"]}, "cells": {
     "dora_forward": DORA_HEAD +
     "    norm = dora_weight_norm(weight, A, B, scaling)\n"
@@ -445,6 +460,15 @@ SAMPLES["lab4_bug_double_quantize_no_offset"] = {"expect": {"failed_tests": ["do
     "    scales = blocks.abs().amax(dim=1) / 127\n"
     "    q = torch.round(blocks / torch.where(scales > 0, scales, 1.0)[:, None])\n"
     "    return q.flatten()[:centred.numel()].to(torch.int8), scales, torch.zeros(())\n"}}
+# the first code of each pair in the low nibble: a consistent round trip, but not bitsandbytes' layout
+SAMPLES["lab4_bug_nibbles_swapped"] = {"expect": {"failed_tests": ["pack_4bit_value", "unpack_4bit_value"]}, "cells": {
+    "pack_4bit": PACK_HEAD +
+    "    codes = codes.flatten().to(torch.uint8)\n"
+    "    if codes.numel() % 2:\n"
+    "        codes = torch.cat([codes, codes.new_zeros(1)])\n"
+    "    return codes[0::2] | (codes[1::2] << 4)\n",
+    "unpack_4bit": UNPACK_HEAD +
+    "    return torch.stack([packed & 0x0F, packed >> 4], dim=1).flatten()[:n]\n"}}
 SAMPLES["lab4_bug_bits_without_constants"] = {"expect": {"failed_tests": ["bits_per_parameter_value"]}, "cells": {
     "bits_per_parameter": BITS_HEAD + "    return 4.0\n"}}
 

@@ -226,8 +226,10 @@ BUGS = [
         "per output unit (section 8, Which axis).",
         "Liu et al. 2024 (arXiv 2402.09353), Sec. 3.1 (W in R^{d x k}, m in R^{1 x k}, ||.||_c per column) against "
         "peft tuners/lora/dora.py, DoraLinearLayer.get_weight_norm (torch.linalg.norm(weight, dim=1)); "
-        "NVlabs/DoRA issue #11 (the paper's 1 x k magnitude against the code's per-row norm); "
-        "wanshuiyin/ARIS-in-AI-Offer PR #17 (a DoRALinear with weight.norm(dim=0), fixed to dim=1)",
+        "peft PR #1588 (2024-04-05: for transformers' Conv1D, stored [in, out], the norm was taken per input until "
+        "the weight was transposed first); NVlabs/DoRA issue #11 (the paper's 1 x k magnitude against the code's "
+        "per-row norm); catid/dora issue #4 (norm(dim=0) of an [out, in] weight, in the magnitude and the "
+        "denominator); wanshuiyin/ARIS-in-AI-Offer PR #17 (a DoRALinear with weight.norm(dim=0), fixed to dim=1)",
         norm_over_inputs),
     Bug("norm_of_base_weight", "dora_weight_norm", "DoRA divides by ||W||, not by ||W + s B A||",
         "the direction V / ||W|| is no longer a unit vector once B moves: the merged rows' norms are m * ||V|| / "
