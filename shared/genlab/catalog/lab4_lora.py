@@ -124,7 +124,6 @@ def _adapts_substring_matches(calls) -> bool:
     return told_apart
 
 
-
 # --- dora_weight_norm --------------------------------------------------------------------------------------
 @edit("dora_weight_norm")
 def norm_over_inputs(dora_weight_norm, weight, A, B, scaling):
@@ -224,7 +223,7 @@ BUGS = [
         "the norm of an unrelated column.",
         "look at the axis of the norm: an nn.Linear stores its weight as [out, in], and DoRA keeps one magnitude "
         "per output unit (section 8, Which axis).",
-        "Liu et al. 2024 (arXiv 2402.09353), Sec. 3.1 (W in R^{d x k}, m in R^{1 x k}, ||.||_c per column) against "
+        "Liu et al. 2024 (arXiv 2402.09353: W in R^{d x k}, m in R^{1 x k}, ||.||_c per column, k the outputs) against "
         "peft tuners/lora/dora.py, DoraLinearLayer.get_weight_norm (torch.linalg.norm(weight, dim=1)); "
         "peft PR #1588 (2024-04-05: for transformers' Conv1D, stored [in, out], the norm was taken per input until "
         "the weight was transposed first); NVlabs/DoRA issue #11 (the paper's 1 x k magnitude against the code's "
@@ -236,7 +235,7 @@ BUGS = [
         "||W|| instead of m, so the magnitude no longer sets the length it was meant to.",
         "the norm is that of the adapted weight, the one being normalised, recomputed from the current A and B "
         "(section 8).",
-        "Liu et al. 2024 (arXiv 2402.09353), eq. 5 (m (W0 + BA) / ||W0 + BA||_c); Comfy-Org/ComfyUI PR #15458 "
+        "Liu et al. 2024 (arXiv 2402.09353: W' = m (W0 + BA) / ||W0 + BA||_c); Comfy-Org/ComfyUI PR #15458 "
         "(DoRA's output-axis branch normalised W + dW by ||W||, 'instead of the DoRA decomposition')",
         norm_of_base_weight),
     Bug("symmetric_code_book", "nf4_code_book", "a symmetric 15-value code book instead of NF4's 16",
@@ -244,8 +243,8 @@ BUGS = [
         "the largest gap near +1 grows and so does the rounding error of large positive weights.",
         "NF4 is asymmetric on purpose: count the quantiles on each side of 0 in section 9 (8 positive, 7 "
         "negative and an exact 0).",
-        "Dettmers et al. 2023 (arXiv 2305.14314), Sec. 3 (NF4: 2^(k-1) positive and 2^(k-1) + 1 negative "
-        "quantiles, one zero removed) and bitsandbytes create_normal_map(use_extra_value=True); artidoro/qlora "
+        "Dettmers et al. 2023 (arXiv 2305.14314), Sec. 3 (NF4 asymmetric: 2^(k-1) quantiles for the negative part "
+        "and 2^(k-1) + 1 for the positive part, each set holding a 0, one of the two zeros removed) and bitsandbytes create_normal_map(use_extra_value=True); artidoro/qlora "
         "issue #299 (a 'NF4 codebook (values used in QLoRA)' of 15 symmetric values offered as an answer, "
         "2025-09-26)",
         symmetric_code_book),
