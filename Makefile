@@ -6,11 +6,12 @@ STAMP := $(VENV)/.genlab-installed
 
 .PHONY: venv demo demo-all test test-equivalence lab release outputs samples clean audit sentinels bundle
 
-$(STAMP): requirements/ci.txt pyproject.toml
+$(STAMP): requirements/ci.txt requirements/tests-only.txt pyproject.toml
 	bash .ci/system-deps.sh
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements/ci.txt
+	$(PY) -m pip install -q --no-deps --upgrade --target $(VENV)/tests-only -r requirements/tests-only.txt
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
 

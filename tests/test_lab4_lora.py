@@ -5,6 +5,9 @@ graded answers) and the catalogue's account of peft's merge from drifting.
 """
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -83,7 +86,25 @@ def test_section_9_code_book_is_bitsandbytes_table():
         assert cited in entries[bug_id].reference, bug_id
 
 
-def test_nf4_reference_against_bitsandbytes_on_the_cpu():
+# bitsandbytes lives outside the venv (requirements/tests-only.txt): inside it, peft imports it in every process
+# that imports peft. This script runs in a process of its own with it on the path and saves what it computed.
+BITSANDBYTES = Path(sys.prefix) / "tests-only"
+NF4_SHAPES = ((100, 33), (256, 256), (10, 256), (7, 5), (4096,))
+_BNB_SCRIPT = """
+import sys, torch
+import bitsandbytes.functional as bnb
+torch.manual_seed(0)
+out = []
+for shape in SHAPES:
+    w = torch.randn(*shape)
+    packed, state = bnb.quantize_4bit(w, blocksize=64, quant_type="nf4")
+    back = bnb.dequantize_4bit(packed, state, quant_type="nf4")
+    out.append((w, packed, state.absmax, back))
+torch.save(out, sys.argv[1])
+"""
+
+
+def test_nf4_reference_against_bitsandbytes_on_the_cpu(tmp_path):
     """bitsandbytes 0.50.2 quantizes to NF4 on the CPU (issue 25 asked to find out): its codes (two per byte, the
     first in the high nibble) and absmax equal the reference's, and its dequantization equals nf4_dequantize on
     shapes with a partial last block and with whole blocks. (On this CPU, its dequantize_4bit did not reproduce its
@@ -91,20 +112,22 @@ def test_nf4_reference_against_bitsandbytes_on_the_cpu():
     block size; those shapes are left out here and named in the closing note of issue 25.)"""
     import torch
 
-    bnb = pytest.importorskip("bitsandbytes.functional")
     from genlab.testing.reference import execute_reference
 
+    if not (BITSANDBYTES / "bitsandbytes").is_dir():
+        pytest.skip(f"bitsandbytes is not in {BITSANDBYTES}: `make venv` installs it there (requirements/tests-only.txt)")
+    saved = tmp_path / "bitsandbytes.pt"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(BITSANDBYTES), os.environ.get("PYTHONPATH")]))}
+    run = subprocess.run([sys.executable, "-c", f"SHAPES = {NF4_SHAPES!r}\n" + _BNB_SCRIPT, str(saved)],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
     namespace = execute_reference(LabNotebook.read(SOURCE))
     quantize, dequantize = namespace["nf4_quantize"], namespace["nf4_dequantize"]
-    torch.manual_seed(0)
-    for shape in ((100, 33), (256, 256), (10, 256), (7, 5), (4096,)):
-        w = torch.randn(*shape)
-        packed, state = bnb.quantize_4bit(w, blocksize=64, quant_type="nf4")
+    for shape, (w, packed, bnb_absmax, bnb_back) in zip(NF4_SHAPES, torch.load(saved), strict=True):
         codes, absmax = quantize(w, 64)
         byte = packed.flatten()
         theirs = torch.stack([byte >> 4, byte & 15], dim=1).flatten()[: w.numel()]
         assert torch.equal(theirs, codes), shape
-        assert torch.equal(state.absmax.float(), absmax), shape
+        assert torch.equal(bnb_absmax.float(), absmax), shape
         # reshaped: for a 1-D shape its CPU kernel returns [1, n] (bitsandbytes issue #2047)
-        theirs_back = bnb.dequantize_4bit(packed, state, quant_type="nf4").reshape(shape)
-        torch.testing.assert_close(theirs_back, dequantize(codes, absmax, shape))
+        torch.testing.assert_close(bnb_back.reshape(shape), dequantize(codes, absmax, shape))
