@@ -244,7 +244,8 @@ BUGS = [
         "NF4 is asymmetric on purpose: count the quantiles on each side of 0 in section 9 (8 positive, 7 "
         "negative and an exact 0).",
         "Dettmers et al. 2023 (arXiv 2305.14314), Sec. 3 (NF4 asymmetric: 2^(k-1) quantiles for the negative part "
-        "and 2^(k-1) + 1 for the positive part, each set holding a 0, one of the two zeros removed) and bitsandbytes create_normal_map(use_extra_value=True); artidoro/qlora "
+        "and 2^(k-1) + 1 for the positive part, each set holding a 0, one of the two zeros removed) and "
+        "bitsandbytes create_normal_map(use_extra_value=True); artidoro/qlora "
         "issue #299 (a 'NF4 codebook (values used in QLoRA)' of 15 symmetric values offered as an answer, "
         "2025-09-26)",
         symmetric_code_book),
