@@ -30,7 +30,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN apt-get update \
     && apt-get install -y --no-install-recommends bubblewrap make git chromium \
     && rm -rf /var/lib/apt/lists/*
-# The unprivileged user student kernels run as outside the sandbox (autograder/sandbox.py): the grader runs
+# The unprivileged user student kernels run as outside the sandbox (autograder/wall/sandbox.py): the grader runs
 # as root here, and drops to this user before entering bubblewrap. No home, no shell, no other group.
 RUN useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin genlab-kernel
 

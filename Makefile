@@ -27,7 +27,7 @@ bundle: venv  ## what students of a graded class receive: out/student (notebooks
 	$(VENV)/bin/genlab release --student-bundle out/student
 
 samples: release  ## regenerate autograder/samples/ from each lab's solutions/<lab>/samples.py
-	$(PY) -m autograder.sample_submissions > /dev/null
+	$(PY) -m autograder.release.sample_submissions > /dev/null
 
 demo: venv  ## autograde a representative set of the samples (reference, bugs, attacks, faults); print the gradebook
 	$(PY) -m autograder.demo --out out/demo

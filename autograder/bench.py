@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from autograder.labs import discover
-from autograder.sample_submissions import HERE as SAMPLES, ROOT
+from autograder.core.labs import discover
+from autograder.release.sample_submissions import HERE as SAMPLES, ROOT
 
 
 def _run(cmd, **kw) -> float:

@@ -22,11 +22,11 @@ def _root(args) -> Path:
 
 
 def cmd_release(args) -> int:
-    from autograder.labs import lab_ids
-    from autograder.release import release
+    from autograder.core.labs import lab_ids
+    from autograder.release.release import release
 
     if args.outputs:
-        from autograder.outputs import store_checked_outputs
+        from autograder.release.outputs import store_checked_outputs
 
         for lab in args.lab or lab_ids(_root(args)):
             marked = store_checked_outputs(_root(args) / "solutions" / lab / f"{lab}.ipynb")
@@ -34,7 +34,7 @@ def cmd_release(args) -> int:
     for path in release(_root(args), args.lab or None):
         print(f"wrote {path}")
     if args.student_bundle:
-        from autograder.bundle import student_bundle
+        from autograder.release.bundle import student_bundle
 
         bundle = student_bundle(_root(args), Path(args.student_bundle))
         print(bundle.summary())
@@ -43,7 +43,7 @@ def cmd_release(args) -> int:
 
 
 def cmd_leaks(args) -> int:
-    from autograder import leaks
+    from autograder.release import leaks
 
     root = _root(args)
     places = [Path(p) for p in args.places] or [root / "shared" / "genlab", root / "labs"]
@@ -53,10 +53,10 @@ def cmd_leaks(args) -> int:
 
 
 def cmd_grade(args) -> int:
-    from autograder.grade import grade_all, parse_shard
-    from autograder.limits import Limits
-    from autograder.results import table
-    from autograder.sandbox import SandboxUnavailable
+    from autograder.course.grade import grade_all, parse_shard
+    from autograder.core.limits import Limits
+    from autograder.core.results import table
+    from autograder.wall.sandbox import SandboxUnavailable
 
     root = _root(args)
     limits = Limits.load(root / "autograder" / "course.toml", cell_timeout_s=args.cell_timeout,
@@ -80,8 +80,8 @@ def cmd_grade(args) -> int:
 
 
 def cmd_audit(args) -> int:
-    from autograder.audit import audit_lab, auditor_for, details, table, write_json
-    from autograder.labs import lab_ids
+    from autograder.quality.audit import audit_lab, auditor_for, details, table, write_json
+    from autograder.core.labs import lab_ids
 
     root = _root(args)
     labs = lab_ids(root) if args.lab == "all" else [args.lab]
@@ -115,7 +115,7 @@ def cmd_audit(args) -> int:
         write_json(reports, Path(args.json))
         print(f"\nreport: {Path(args.json).resolve()}")
     if args.write_sentinels:
-        from autograder import sentinels
+        from autograder.quality import sentinels
 
         for lab_id in labs:
             chosen = [s for r in reports if r.lab == lab_id for s in sentinels.choose(auditors[lab_id], r)]
@@ -126,8 +126,8 @@ def cmd_audit(args) -> int:
 
 
 def cmd_collect(args) -> int:
-    from autograder.collect import Roster, collect, read_times, report
-    from autograder.limits import Limits
+    from autograder.course.collect import Roster, collect, read_times, report
+    from autograder.core.limits import Limits
 
     root = _root(args)
     roster = Roster.read(Path(args.roster) if args.roster else None)
@@ -139,8 +139,8 @@ def cmd_collect(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from autograder.collect import Roster
-    from autograder.export import export
+    from autograder.course.collect import Roster
+    from autograder.course.export import export
 
     names = {}
     for given in args.column or []:
@@ -162,7 +162,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_catalog_suggest(args) -> int:
-    from autograder import suggest
+    from autograder.insight import suggest
 
     try:
         lab, cluster, code = suggest.find(Path(args.run_dir), args.function, args.cluster)
@@ -174,7 +174,7 @@ def cmd_catalog_suggest(args) -> int:
 
 
 def cmd_feedback(args) -> int:
-    from autograder.feedback import refresh
+    from autograder.course.feedback import refresh
 
     results = refresh(_root(args), Path(args.out), Path(args.submissions) if args.submissions else None,
                       args.db or os.environ.get("GENLAB_DB") or None, Path(args.course) if args.course else None)
@@ -240,7 +240,7 @@ def main(argv=None) -> int:
     p.set_defaults(func=cmd_audit)
 
     p = sub.add_parser("collect", help="an LMS's download-all-submissions zip (Canvas, Moodle) or folder into "
-                                       "nbgrader's SUBMISSIONS/<student>/<lab>/ tree (autograder/collect.py)")
+                                       "nbgrader's SUBMISSIONS/<student>/<lab>/ tree (autograder/course/collect.py)")
     p.add_argument("source", help="the zip, or the folder it was unzipped into")
     p.add_argument("--lab", required=True, help="the lab these submissions are for")
     p.add_argument("--into", required=True, help="SUBMISSIONS folder (nbgrader's submitted/)")
@@ -250,7 +250,7 @@ def main(argv=None) -> int:
     p.set_defaults(func=cmd_collect)
 
     p = sub.add_parser("export", help="grades from a run's gradebook as an LMS import CSV (Canvas, Moodle) or "
-                                      "per test (autograder/export.py)")
+                                      "per test (autograder/course/export.py)")
     p.add_argument("source", help="a genlab grade --out folder, or a gradebook URL (postgresql://..., sqlite:///...)")
     p.add_argument("--format", required=True, choices=["canvas", "moodle", "csv"])
     p.add_argument("--roster", help="roster.csv (lms_id,name,email,student_id,sis_user_id,sis_login_id,section); "

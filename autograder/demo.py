@@ -11,8 +11,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from autograder.labs import discover
-from autograder.sample_submissions import HERE as SAMPLES, ROOT
+from autograder.core.labs import discover
+from autograder.release.sample_submissions import HERE as SAMPLES, ROOT
 
 SHOWCASE = ["attack_allclose", "attack_tensor_subclass", "fault_exit", "fault_missing_notebook"]
 

@@ -73,7 +73,7 @@ RENAMED = {"iwae_own_words": {"iwae_bound": _IWAE}, "iwae_renamed_copy": {"iwae_
 
 
 def specs() -> dict[str, dict]:
-    """Student name -> sample spec (``autograder.sample_submissions.build``): the solution cells replaced."""
+    """Student name -> sample spec (``autograder.release.sample_submissions.build``): the solution cells replaced."""
     found = {name: {"cells": {"gaussian_kl": src}} for name, src in KL_TWICE.items()}
     found |= {name: {"cells": {"negative_elbo": src}} for name, src in ELBO_PER_EXAMPLE.items()}
     found |= {name: {"cells": cells} for name, cells in {**UNIQUE, **RENAMED}.items()}
@@ -82,8 +82,8 @@ def specs() -> dict[str, dict]:
 
 def write_all(root, out) -> list[str]:
     """Writes every student above as a Lab 1 submission under ``out/<student>/lab1_vae/``."""
-    from autograder.labs import LabFolder
-    from autograder.sample_submissions import write
+    from autograder.core.labs import LabFolder
+    from autograder.release.sample_submissions import write
 
     lab = LabFolder(root, "lab1_vae")
     for name, spec in specs().items():

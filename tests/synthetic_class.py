@@ -11,9 +11,9 @@ from __future__ import annotations
 import random
 import re
 
-from autograder.class_report import ROOT, lab_info
-from autograder.labs import LabFolder, lab_ids
-from autograder.sample_submissions import reference_sources
+from autograder.insight.class_report import ROOT, lab_info
+from autograder.core.labs import LabFolder, lab_ids
+from autograder.release.sample_submissions import reference_sources
 from genlab.catalog import bugs_for
 from genlab.testing.notebook import LabNotebook
 
@@ -44,7 +44,7 @@ def _own_lines(rng: random.Random, n: int) -> str:
 
 
 def generate(n_students: int = 300, seed: int = 0, planted: list | None = None):
-    """(scores, details, sources) as :func:`autograder.class_report.render` takes them; ``planted`` gets each
+    """(scores, details, sources) as :func:`autograder.insight.class_report.render` takes them; ``planted`` gets each
     (lab, student, their renamed copy) whose copied cells hold code of the student's own."""
     rng = random.Random(seed)
     scores, details, sources = {}, {}, {}

@@ -8,8 +8,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.audit import EQUIVALENT, KILLED, SURVIVED, TIMEOUT, Auditor, audit_function, equivalence, probes
-from autograder.mutants import mutants, normalized
+from autograder.quality.audit import EQUIVALENT, KILLED, SURVIVED, TIMEOUT, Auditor, audit_function, equivalence, probes
+from autograder.quality.mutants import mutants, normalized
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,7 +69,7 @@ def test_each_operator_alone():
     assert ("no_grad", "`@torch.no_grad()` removed") in descriptions("@torch.no_grad()\ndef f(a):\n    return a")
     # keepdim flipped: the same code as the constant `True` -> `False`, so kept once, under the first operator
     assert sum("keepdim=False" in m.source for m in mutants("def f(a):\n    return a.mean(-1, keepdim=True)")) == 1
-    from autograder.mutants import Dim
+    from autograder.quality.mutants import Dim
 
     assert [m.description for m in mutants("def f(a):\n    return a.mean(-1, keepdim=True)", operators=[Dim])] == \
         ["`keepdim=True` -> `keepdim=False`", "dim `-1` -> `-2` in `mean`", "dim `-1` -> `0` in `mean`"]
@@ -90,8 +90,8 @@ def _cell(source, grade_id, solution=False, grade=False, points=0):
 
 
 def tiny_lab(tmp_path, solution, tests):
-    from autograder.labs import LabFolder
-    from autograder.pipeline import Lab
+    from autograder.core.labs import LabFolder
+    from autograder.grading.pipeline import Lab
     from genlab.testing.notebook import LabNotebook
 
     folder = tmp_path / "solutions" / "tinylab"
@@ -154,7 +154,7 @@ def test_equivalence_compares_values_dtypes_gradients_and_inputs():
 # -- one real function: lab1_vae's gaussian_kl ---------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def vae_lab():
-    from autograder.pipeline import Lab
+    from autograder.grading.pipeline import Lab
 
     return Lab.load(ROOT, "lab1_vae")
 
@@ -200,15 +200,15 @@ def test_gaussian_kl_mutants_are_killed_and_weakened_tests_lower_the_score(vae_l
     assert report[0]["generated"] == full.generated
 
 
-# -- the fixed subset that `make test` runs: sentinels (autograder/sentinels.py) ---------------------------------
+# -- the fixed subset that `make test` runs: sentinels (autograder/quality/sentinels.py) ---------------------------------
 from autograder import sentinels  # noqa: E402
-from autograder.labs import lab_ids  # noqa: E402
+from autograder.core.labs import lab_ids  # noqa: E402
 
 
 @pytest.mark.parametrize("lab_id", lab_ids(ROOT))
 def test_every_sentinel_is_still_caught_by_its_test(lab_id):
     """Each assertion that alone catches some mutant (per the last full audit) still does."""
-    from autograder.pipeline import Lab
+    from autograder.grading.pipeline import Lab
 
     chosen = sentinels.read(ROOT / "solutions" / lab_id / sentinels.FILE)
     assert chosen, f"{lab_id} has no sentinels: run `genlab audit {lab_id} --write-sentinels`"
@@ -256,7 +256,7 @@ def test_delete_statement_removes_one_simple_statement():
 def test_what_the_text_leaves_free_is_allowed_not_survived():
     import torch
 
-    from autograder.audit import equivalence, probes
+    from autograder.quality.audit import equivalence, probes
 
     def ref(x):
         return x * 2
@@ -281,7 +281,7 @@ def test_a_class_is_probed_as_the_tests_built_and_called_it():
     import torch
     from torch import nn
 
-    from autograder.audit import equivalence, module_probes, recording_class
+    from autograder.quality.audit import equivalence, module_probes, recording_class
 
     class Ref(nn.Module):
         def __init__(self, d, p=0.0):
@@ -315,7 +315,7 @@ def test_a_class_is_probed_as_the_tests_built_and_called_it():
 def test_random_probes_keep_a_covariance_a_covariance():
     import torch
 
-    from autograder.audit import _is_covariance, _random_like
+    from autograder.quality.audit import _is_covariance, _random_like
 
     a = torch.randn(5, 8, dtype=torch.float64)
     cov = a @ a.T / 8
@@ -348,7 +348,7 @@ def test_the_table_of_what_is_free_is_read_and_checked(tmp_path):
 
 @pytest.mark.parametrize("lab_id", lab_ids(ROOT))
 def test_each_lab_states_what_each_function_is_tested_on_and_what_is_free(lab_id):
-    from autograder.labs import LabFolder
+    from autograder.core.labs import LabFolder
     from genlab.testing.notebook import LabNotebook
 
     source = LabNotebook.read(LabFolder(ROOT, lab_id).source)
@@ -372,10 +372,10 @@ def test_the_in_process_audit_gives_the_verdicts_of_the_grader(tmp_path):
 
     import grading_run
 
-    from autograder.audit import compile_cell
-    from autograder.labs import LabFolder
-    from autograder.pipeline import Lab
-    from autograder.sample_submissions import write
+    from autograder.quality.audit import compile_cell
+    from autograder.core.labs import LabFolder
+    from autograder.grading.pipeline import Lab
+    from autograder.release.sample_submissions import write
 
     expected = {}
     for lab_id, functions in (("lab1_vae", ("gaussian_kl", "negative_elbo")), ("lab2_diffusion", ("q_sample",))):

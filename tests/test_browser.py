@@ -307,7 +307,7 @@ def _move_controls(page, widget) -> None:
 
 def test_selfcheck_names_the_bug(browser, jupyter_lab, shots):
     """genlab.check on a notebook whose gaussian_kl has a catalogued bug: FAILED and the bug's name."""
-    from autograder.sample_submissions import bug_cell
+    from autograder.release.sample_submissions import bug_cell
     from genlab.catalog import bug
 
     lab, bug_id = BUG
@@ -353,7 +353,7 @@ def test_feedback_page_renders_offline(browser, graded_class):
             assert rows[test][2] == f"{t['score']:g}/{t['max_score']:g}", (test, rows[test])
         assert any("wrong sign" in r[3] for r in rows.values()), "the diagnosis column does not name the KL bug"
         # No script renders math here (MathJax's CDN is blocked, and the page's CSP forbids scripts): formulas
-        # are MathML drawn on the server (autograder/feedback.py, issue 28), never a rendering error
+        # are MathML drawn on the server (autograder/course/feedback.py, issue 28), never a rendering error
         text = page.locator("body").inner_text()
         assert "Math input error" not in text and "Math Processing Error" not in text
         assert page.locator("math").count() > 0, "no formula drawn as MathML in the page"
@@ -362,7 +362,7 @@ def test_feedback_page_renders_offline(browser, graded_class):
 
 
 def test_class_report_page(browser, graded_class, shots):
-    from autograder.gradebook import totals
+    from autograder.course.gradebook import totals
 
     page = offline_page(browser)
     alerts = []

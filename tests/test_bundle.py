@@ -22,10 +22,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import bundle as bundles
-from autograder import leaks
-from autograder.labs import discover
-from autograder.pipeline import imported_modules
+from autograder.release import bundle as bundles
+from autograder.release import leaks
+from autograder.core.labs import discover
+from autograder.grading.pipeline import imported_modules
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -85,8 +85,8 @@ def _inline(source: str) -> str:
 def test_a_planted_solution_is_found_in_a_notebook_and_in_the_wheel(bundle, tmp_path):
     """Planted as a function, and as code outside any function (a cell's top level, a module's): the measure
     compared functions alone before issue 21's last change, and the inline ones were not found."""
-    from autograder.sample_submissions import reference_sources
-    from autograder.labs import LabFolder
+    from autograder.release.sample_submissions import reference_sources
+    from autograder.core.labs import LabFolder
 
     copy = tmp_path / "planted"
     shutil.copytree(bundle.path, copy)
@@ -160,8 +160,8 @@ def test_installed_alone_the_student_package_works_without_the_course(student_ve
 
 def test_the_self_check_names_a_bug_the_bundle_ships_only_as_an_edit(student_venv, bundle, tmp_path):
     """kl_sign_flipped is an edit in the catalogue: without a reference, its fingerprint names it."""
-    from autograder.labs import LabFolder
-    from autograder.sample_submissions import bug_cell, reference_sources
+    from autograder.core.labs import LabFolder
+    from autograder.release.sample_submissions import bug_cell, reference_sources
     from genlab.catalog import Edit, bug
 
     entry = bug("lab1_vae", "kl_sign_flipped")
@@ -189,8 +189,8 @@ def test_the_self_check_names_a_bug_whose_fingerprint_is_an_error(student_venv, 
     """masked_fill_minus_1e9 (Lab 3, an edit) raises in float16: its fingerprint is the error, which the bundle
     stored as sorted pairs before, so that the self-check never named it. Here genlab.check, as a notebook calls
     it, in a plain Python process of the student's venv (no kernel: a third of the time of genlab check)."""
-    from autograder.labs import LabFolder
-    from autograder.sample_submissions import bug_cell, reference_sources
+    from autograder.core.labs import LabFolder
+    from autograder.release.sample_submissions import bug_cell, reference_sources
     from genlab.catalog import Edit, bug
     from genlab.testing.notebook import LabNotebook
 

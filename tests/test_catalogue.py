@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from autograder.labs import LabFolder, discover
+from autograder.core.labs import LabFolder, discover
 from genlab.catalog import Edit, bugs_for, runnable
 from genlab.testing.calls import LocalFunction, Recorder
 from genlab.testing.diagnosis import replay, same, signature
@@ -75,7 +75,7 @@ def test_each_edit_is_the_bug_its_full_body_is(lab, monkeypatch):
 @pytest.mark.parametrize("lab", LABS, ids=lambda lab: lab.id)
 def test_the_grader_and_the_samples_use_the_full_bodies(lab):
     """What students see changed; what the grader replays and the bug samples are made of did not."""
-    from autograder.sample_submissions import bug_cell
+    from autograder.release.sample_submissions import bug_cell
 
     for bug in lab.bugs:
         assert not isinstance(bug.impl, Edit) or bug.id not in lab.bodies

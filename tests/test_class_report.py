@@ -1,4 +1,4 @@
-"""The class report (autograder/class_report.py) on real graded output: a few Lab 1 samples graded by
+"""The class report (autograder/insight/class_report.py) on real graded output: a few Lab 1 samples graded by
 ``genlab grade`` (the ``graded_class`` fixture). Each figure of the report is recounted here from ``results.json``
 and the gradebook, by another route, and the page must be safe to open."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections import defaultdict
 
 import pytest
 
-from autograder.class_report import write_class_report
-from autograder.gradebook import totals
+from autograder.insight.class_report import write_class_report
+from autograder.course.gradebook import totals
 from genlab.catalog import bugs_for
 
 pytestmark = pytest.mark.slow

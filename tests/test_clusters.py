@@ -1,4 +1,4 @@
-"""Misconception clusters (autograder/behaviour.py, autograder/clusters.py) and ``genlab catalog suggest``, on the
+"""Misconception clusters (autograder/grading/behaviour.py, autograder/insight/clusters.py) and ``genlab catalog suggest``, on the
 class the ``graded_class`` fixture grades: three students share one uncatalogued bug of ``gaussian_kl``, three
 another of ``negative_elbo``, each written differently (tests/class_students.py), and two are unique."""
 from __future__ import annotations

@@ -12,8 +12,8 @@ import nbformat
 import pytest
 
 from autograder.cli import main
-from autograder.collect import Roster, collect, parse_name, read_times
-from autograder.limits import Limits
+from autograder.course.collect import Roster, collect, parse_name, read_times
+from autograder.core.limits import Limits
 
 LAB = "lab1_vae"
 MAX = Limits().max_notebook_bytes

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from autograder.labs import instructor_bug as bug  # full bodies, where students see edits
+from autograder.core.labs import instructor_bug as bug  # full bodies, where students see edits
 from genlab.testing.diagnosis import diagnose, matches
 from genlab.testing.calls import Call
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from autograder.cli import main
-from autograder.late import apply
+from autograder.course.late import apply
 from test_late import _deadlines, _stamp, gradebook
 
 ROSTER = ("lms_id,name,email,student_id,sis_user_id,sis_login_id,section\n"

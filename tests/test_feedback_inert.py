@@ -21,8 +21,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import sandbox
-from autograder.sanitize import CSP_META, clean_html, seal_page
+from autograder.wall import sandbox
+from autograder.core.sanitize import CSP_META, clean_html, seal_page
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = os.environ.get("GENLAB_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
@@ -95,7 +95,7 @@ def fired(dom: str) -> set[str]:
 def graded(tmp_path_factory):
     if sandbox.probe():
         pytest.skip(f"no sandbox here: {sandbox.probe()}")
-    from autograder.grade import grade_all
+    from autograder.course.grade import grade_all
     from genlab.testing.notebook import grade_id
 
     tmp = tmp_path_factory.mktemp("inert")

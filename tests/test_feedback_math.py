@@ -6,7 +6,7 @@ import re
 import nbformat
 import pytest
 
-from autograder.sanitize import CSP_META, clean_page_body, render_math, seal_page
+from autograder.core.sanitize import CSP_META, clean_page_body, render_math, seal_page
 from test_feedback_inert import CHROMIUM, _browser_missing, _skip_or_fail, active_markup, dump_dom
 
 # Lab 2's notation, as a markdown cell of the lab writes it, with a formula the converter cannot read

@@ -16,9 +16,9 @@ import re
 import nbformat
 import pytest
 
-from autograder.feedback import STYLESHEET, _summary_cell
-from autograder.results import Result, Status
-from autograder.sanitize import CSP_META, seal_page
+from autograder.course.feedback import STYLESHEET, _summary_cell
+from autograder.core.results import Result, Status
+from autograder.core.sanitize import CSP_META, seal_page
 from genlab.catalog import bug
 from genlab.testing.runner import Outcome
 from test_feedback_inert import active_markup

@@ -1,4 +1,4 @@
-"""autograder.gradebook against a real PostgreSQL server, and the same checks against SQLite.
+"""autograder.course.gradebook against a real PostgreSQL server, and the same checks against SQLite.
 
 The PostgreSQL tests need a server: ``export GENLAB_TEST_PG_URL="$(.ci/postgres.sh)"`` starts one (and
 prints its URL). Without it they are skipped; with ``GENLAB_REQUIRE_PG=1`` they fail instead, so CI cannot
@@ -18,7 +18,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-from autograder import gradebook
+from autograder.course import gradebook
 
 ROOT = Path(__file__).resolve().parents[1]
 LAB = "lab1_vae"
@@ -36,7 +36,7 @@ class Outcome:
 
 @dataclass
 class Result:
-    """What record() reads from autograder.results.Result: each test earns ``fraction`` of its points."""
+    """What record() reads from autograder.core.results.Result: each test earns ``fraction`` of its points."""
     student: str
     fraction: float = 1.0
     lab: str = LAB

@@ -20,8 +20,8 @@ import pytest
 
 import grading_run
 
-from autograder import cgroups
-from autograder.labs import discover
+from autograder.wall import cgroups
+from autograder.core.labs import discover
 from genlab.testing.notebook import LabNotebook, grade_id, is_test
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -214,7 +214,7 @@ def test_gradebook_and_feedback_written(graded):
 
 def test_no_feedback_page_holds_a_line_of_a_hidden_test(graded):
     """Every sample's page, attacks and faults included (issue 21): no line that is a hidden test's alone."""
-    from autograder.bundle import hidden_test_lines
+    from autograder.release.bundle import hidden_test_lines
 
     hidden = hidden_test_lines(ROOT)
     assert len(hidden) > 100, "the hidden tests' own lines are found"
@@ -305,7 +305,7 @@ def test_only_what_the_tests_need_gives_the_grades_of_a_full_run(graded, graded_
 
 def _uses_a_skipped_global(lab: str):
     """(function, name, sample spec): a correct solution that reads a global only a skipped lab cell defines."""
-    from autograder.pipeline import defined_by, needed
+    from autograder.grading.pipeline import defined_by, needed
 
     nb = nbformat.read(str(ROOT / "labs" / lab / f"{lab}.ipynb"), as_version=4)
     solutions = LabNotebook.read(ROOT / "solutions" / lab / f"{lab}.ipynb").solutions
@@ -327,8 +327,8 @@ def _uses_a_skipped_global(lab: str):
 
 @pytest.mark.slow
 def test_a_solution_reading_a_skipped_cells_global_gets_the_full_run(tmp_path):
-    from autograder.labs import LabFolder
-    from autograder.sample_submissions import write
+    from autograder.core.labs import LabFolder
+    from autograder.release.sample_submissions import write
 
     found = _uses_a_skipped_global(LAB)
     assert found, f"{LAB} has no lab cell before a solution that defines a global: the fallback is untested"

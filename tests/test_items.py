@@ -1,4 +1,4 @@
-"""Item analysis (autograder/items.py) in the class report, on results built here (no grading): a deliberately
+"""Item analysis (autograder/insight/items.py) in the class report, on results built here (no grading): a deliberately
 broken test is flagged, one that rewards the weaker students is flagged, and good tests are not."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from autograder.class_report import CSV_COLUMNS, render
-from autograder.items import analyse, point_biserial
+from autograder.insight.class_report import CSV_COLUMNS, render
+from autograder.insight.items import analyse, point_biserial
 
 LAB = "lab_items"   # no lab folder of that name: the report needs only the scores
 GOOD = ["t_easy", "t_medium", "t_hard"]

@@ -1,6 +1,6 @@
 """Issue 22: a kernel's CPU and memory are read, shared and paused from outside it, by the operating system.
 
-The timing verdicts (autograder.remote) use three things a notebook cannot reach: the CPU time the OS counts
+The timing verdicts (autograder.wall.remote) use three things a notebook cannot reach: the CPU time the OS counts
 for every process of the student's kernel (its cgroup's counter), a CPU share of its own, and the freezer that
 stops all of the kernel's processes while the reference kernel is timed. The memory checks compare genlab's
 count, taken in the kernel, with the memory the OS charged to the kernel's cgroup during the call. These tests
@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from autograder import cgroups, sandbox
-from autograder.kernel import KernelSession
-from autograder.limits import Limits
-from autograder.remote import OS_SLACK_BYTES, RemoteFunction, _measured_peak, verified_peak
+from autograder.wall import cgroups
+from autograder.wall import sandbox
+from autograder.wall.kernel import KernelSession
+from autograder.core.limits import Limits
+from autograder.wall.remote import OS_SLACK_BYTES, RemoteFunction, _measured_peak, verified_peak
 from genlab.checks import peak_memory
 from genlab.testing.calls import Recorder
 

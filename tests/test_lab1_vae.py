@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from autograder.labs import instructor_bug as bug  # full bodies, where students see edits
+from autograder.core.labs import instructor_bug as bug  # full bodies, where students see edits
 from genlab.catalog import bugs_for
 from genlab.data import load_digits
 from genlab.testing.notebook import LabNotebook, grade_id, nbgrader_meta

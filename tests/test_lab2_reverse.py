@@ -12,7 +12,7 @@ import os
 import pytest
 import torch
 
-from autograder.labs import instructor_bug  # full bodies, where students see edits
+from autograder.core.labs import instructor_bug  # full bodies, where students see edits
 from genlab.data import load_samples, save_samples
 from genlab.models import OracleDenoiser, TinyDenoiser
 from genlab.testing import load_reference, wire

@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autograder.labs import instructor_bug as bug  # full bodies, where students see edits
+from autograder.core.labs import instructor_bug as bug  # full bodies, where students see edits
 from genlab.testing import load_reference
 
 ROOT = Path(__file__).resolve().parents[1]

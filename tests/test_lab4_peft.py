@@ -20,7 +20,7 @@ import torch.nn as nn
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # peft must never reach for the network here
 peft = pytest.importorskip("peft", reason="peft is a test dependency: pip install peft==0.21.2")
 
-from autograder.labs import instructor_bug as bug  # noqa: E402 - full bodies, where students see edits
+from autograder.core.labs import instructor_bug as bug  # noqa: E402 - full bodies, where students see edits
 from genlab.testing import load_reference  # noqa: E402
 from genlab.testing.calls import Call  # noqa: E402
 
@@ -176,7 +176,7 @@ def test_peft_stays_out_of_genlab_and_the_other_labs():
 
 # -- the catalogue's detectors, on recorded calls ----------------------------------------------------------
 def test_detectors_name_only_their_bug(ref):
-    catalogue = {b.id: b for b in __import__("autograder.labs", fromlist=["LabFolder"]).LabFolder(ROOT, LAB).bugs}
+    catalogue = {b.id: b for b in __import__("autograder.core.labs", fromlist=["LabFolder"]).LabFolder(ROOT, LAB).bugs}
     # random B: named; the reference's zeros: not
     call = Call("call", "lora_init", (16, 8, 4), {}, catalogue["random_b_init"].impl(16, 8, 4))
     assert catalogue["random_b_init"].detect([call])

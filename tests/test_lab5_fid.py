@@ -14,7 +14,7 @@ scipy_linalg = pytest.importorskip("scipy.linalg")
 from torchmetrics.image.fid import FrechetInceptionDistance  # noqa: E402
 from torchmetrics.image.kid import KernelInceptionDistance  # noqa: E402
 
-from autograder.labs import instructor_bug as bug  # noqa: E402 - full bodies, where students see edits
+from autograder.core.labs import instructor_bug as bug  # noqa: E402 - full bodies, where students see edits
 from genlab.data import load_digits, photo_crops  # noqa: E402
 from genlab.features import DigitFeatureNet, load_feature_net, train_feature_net  # noqa: E402
 from genlab.testing import load_reference  # noqa: E402

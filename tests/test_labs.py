@@ -10,9 +10,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.labs import discover, lab_ids
-from autograder.release import release
-from autograder.sample_submissions import BUILD_KEYS, generate
+from autograder.core.labs import discover, lab_ids
+from autograder.release.release import release
+from autograder.release.sample_submissions import BUILD_KEYS, generate
 from genlab.catalog import bugs_for
 
 ROOT = Path(__file__).resolve().parents[1]

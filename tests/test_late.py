@@ -1,4 +1,4 @@
-"""Due dates, extensions and late penalties (autograder/late.py): the rule, and the gradebook it writes."""
+"""Due dates, extensions and late penalties (autograder/course/late.py): the rule, and the gradebook it writes."""
 from __future__ import annotations
 
 import re
@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from autograder.late import Deadlines, Late, Rule, apply
+from autograder.course.late import Deadlines, Late, Rule, apply
 
 UTC = timezone.utc
 DUE = datetime(2026, 10, 1, 22, 0, tzinfo=UTC)   # "2026-10-02T00:00:00+02:00"
@@ -129,9 +129,9 @@ def test_a_term_end_to_end_collect_grade_hand_grade_feedback_export(tmp_path):
 
     from nbgrader.api import Gradebook
 
-    from autograder import sandbox
+    from autograder.wall import sandbox
     from autograder.cli import main
-    from autograder.grade import grade_all
+    from autograder.course.grade import grade_all
 
     if sandbox.probe():
         pytest.skip(f"no sandbox here: {sandbox.probe()}")
@@ -184,7 +184,7 @@ def test_a_regrade_keeps_the_hand_graded_points_and_the_penalty_is_rewritten_not
 
     from nbgrader.api import Gradebook
 
-    from autograder.gradebook import _record_one
+    from autograder.course.gradebook import _record_one
 
     url = gradebook(tmp_path)
     subs = tmp_path / "submitted"
@@ -206,7 +206,7 @@ def test_genlab_grade_applies_the_course_deadlines_and_a_course_without_due_date
     penalty is in the gradebook before any `genlab feedback`. Without a due date the gradebook is left alone."""
     from nbgrader.api import Gradebook
 
-    from autograder.feedback import apply_deadlines
+    from autograder.course.feedback import apply_deadlines
 
     url = gradebook(tmp_path)
     subs = tmp_path / "submitted"

@@ -1,4 +1,4 @@
-"""The leak measure (autograder.leaks) and the student package as it is in the repository (issue 21).
+"""The leak measure (autograder.release.leaks) and the student package as it is in the repository (issue 21).
 
 The measure must see through renaming and small edits, and must not see answers in unrelated code; then
 ``shared/genlab`` and ``labs/`` (what students receive) must hold no solution function, nor a near copy.
@@ -11,7 +11,7 @@ import json
 import textwrap
 from pathlib import Path
 
-from autograder import leaks
+from autograder.release import leaks
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,6 +1,6 @@
 """Issue 10: a student's kernel sees only what it needs, runs as nobody of importance, and inherits no secret.
 
-- what a kernel can see is listed from inside and compared with the allowlist (autograder.sandbox);
+- what a kernel can see is listed from inside and compared with the allowlist (autograder.wall.sandbox);
 - the sample ``lab1_attack_canaries`` hunts for canaries planted here in the grader's home, in a course folder
   beside this one, in an earlier run's output folder under /tmp, and in the grader's environment, and prints
   whatever it finds: no canary may appear in anything the grader writes for that student;
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder import sandbox
-from autograder.kernel import KernelSession
-from autograder.limits import Limits
+from autograder.wall import sandbox
+from autograder.wall.kernel import KernelSession
+from autograder.core.limits import Limits
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_bwrap = pytest.mark.skipif(bool(sandbox.probe()), reason=f"no sandbox here: {sandbox.probe()}")
@@ -146,7 +146,7 @@ else:
 @needs_bwrap
 @pytest.mark.parametrize("cgroups", [False, True], ids=["rlimit_nproc", "pids_cgroup"])
 def test_a_fork_bomb_stops_at_the_cap_and_harms_no_one_else(start_kernel, cgroups):
-    from autograder import cgroups as cg
+    from autograder.wall import cgroups as cg
 
     if cgroups and not cg.usable():
         pytest.skip(f"no per-kernel cgroups here: {cg.available()}")
@@ -223,7 +223,7 @@ def canaries(monkeypatch):
 
 @needs_bwrap
 def test_no_canary_reaches_anything_the_grader_writes(canaries, tmp_path):
-    from autograder.grade import grade_all
+    from autograder.course.grade import grade_all
 
     subs = tmp_path / "submitted"
     shutil.copytree(ROOT / "autograder" / "samples" / "lab1_attack_canaries", subs / "lab1_attack_canaries")

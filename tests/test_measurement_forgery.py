@@ -249,7 +249,7 @@ def test_a_measured_calls_answer_carries_the_watched_objects_identities_taken_ri
 
 
 def test_the_loop_length_is_capped_by_the_memory_its_copies_take():
-    from autograder.remote import PREPARED_BYTES, calibrate, max_timed_calls
+    from autograder.wall.remote import PREPARED_BYTES, calibrate, max_timed_calls
 
     big = torch.zeros(PREPARED_BYTES // 4 // 100)  # 1% of the budget per call
     assert max_timed_calls((big,), {}) == 100
@@ -267,7 +267,7 @@ def test_in_a_loop_of_5000_calls_every_nonzero_float32_element_differs_from_copy
 
 def test_an_activation_changed_in_place_is_reported_and_fails_the_call_in_the_grader_and_in_process():
     """The lab's tables say a differentiated argument is left as it was; its version counter says if it was not."""
-    from autograder.channel import check_reply
+    from autograder.wall.channel import check_reply
     from genlab.checks import CheckFailed
     from genlab.testing import wire
     from genlab.testing.calls import LocalFunction, Recorder

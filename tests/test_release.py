@@ -8,9 +8,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.labs import discover, lab_ids
-from autograder.release import release
-from autograder.sample_submissions import HERE as SAMPLES, write
+from autograder.core.labs import discover, lab_ids
+from autograder.release.release import release
+from autograder.release.sample_submissions import HERE as SAMPLES, write
 from genlab.testing.notebook import LabNotebook, function_of, is_solution, is_test
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,9 +1,9 @@
-"""How the grader sizes its timing loops (autograder.remote.calibrate, first_look), on simulated clocks."""
+"""How the grader sizes its timing loops (autograder.wall.remote.calibrate, first_look), on simulated clocks."""
 from __future__ import annotations
 
 import contextlib
 
-from autograder.remote import calibrate, first_look
+from autograder.wall.remote import calibrate, first_look
 
 
 class _WallClockOnly:
@@ -50,7 +50,7 @@ def test_a_slow_function_stays_slow_when_the_machine_slows_most_of_the_reference
     """A Python loop 50x the reference's time per call, while bursts of load slow three of the reference's five
     rounds 30x (and its first look): a ratio of medians would say 1.7x and pass it; each side's best round
     says about 50x."""
-    import autograder.remote as remote
+    import autograder.wall.remote as remote
     from genlab.testing.calls import Recorder
 
     clock = [0.0]
@@ -97,7 +97,7 @@ class _Kernel(_WallClockOnly):
 
 
 def _ratio(monkeypatch, student, reference):
-    import autograder.remote as remote
+    import autograder.wall.remote as remote
     from genlab.testing.calls import Recorder
 
     monkeypatch.setattr(remote.time, "perf_counter", lambda: student.clock[0])

@@ -10,7 +10,7 @@ import os
 import time
 
 import synthetic_class
-from autograder.class_report import render
+from autograder.insight.class_report import render
 
 STUDENTS = int(os.environ.get("GENLAB_REPORT_SCALE", "60"))
 

@@ -1,4 +1,4 @@
-"""The grader's end of the request channel (autograder.channel), without a kernel: whatever the kernel writes
+"""The grader's end of the request channel (autograder.wall.channel), without a kernel: whatever the kernel writes
 into its end of the socket (an answer to another request, one announcing gigabytes, one that stalls halfway,
 JSON of the wrong shape), the grader reads no more than its limits, waits no longer than its time limits, and
 says what was wrong in words. The kernel's side (genlab.testing.server) is run here on threads of this process.
@@ -15,8 +15,8 @@ import time
 import pytest
 import torch
 
-from autograder.channel import AnswerTimeout, ChannelLost, ChannelTampered, RequestChannel, check_reply, check_tree
-from autograder.sanitize import quoted, student_text
+from autograder.wall.channel import AnswerTimeout, ChannelLost, ChannelTampered, RequestChannel, check_reply, check_tree
+from autograder.core.sanitize import quoted, student_text
 from genlab.testing import server, wire
 from genlab.testing.runner import run_test
 
@@ -155,7 +155,7 @@ def test_answers_of_the_wrong_shape_are_tampering(reply, kind, words):
 def test_a_watched_object_replaced_while_a_measurement_ran_is_tampering():
     """A measured call's answer carries the watched objects' identities as they were right after the call; the
     grader compares them with what the kernel reported at its boot (KernelSession.check_measured)."""
-    from autograder.kernel import KernelSession
+    from autograder.wall.kernel import KernelSession
 
     session = KernelSession.__new__(KernelSession)
     session.baseline, session.channel_evidence = {"genlab.checks.peak_memory": [1, 2, 3, 4], "torch.equal": 7}, []

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder import sandbox
-from autograder.kernel import KernelSession
-from autograder.limits import Limits
+from autograder.wall import sandbox
+from autograder.wall.kernel import KernelSession
+from autograder.core.limits import Limits
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_bwrap = pytest.mark.skipif(bool(sandbox.probe()), reason=f"no sandbox here: {sandbox.probe()}")
@@ -39,7 +39,7 @@ def _stdout(run):
 @needs_bwrap
 def test_hidden_folders_are_empty_and_the_machine_read_only(kernel):
     session, secret = kernel
-    # Outside the allowlist (autograder.sandbox.visible_paths) a folder is not there at all.
+    # Outside the allowlist (autograder.wall.sandbox.visible_paths) a folder is not there at all.
     run = session.run_cell(f"import os\nprint(os.path.exists({str(secret)!r}), os.path.exists({str(ROOT / 'solutions')!r}))")
     assert _stdout(run).strip() == "False False", run
     run = session.run_cell(f"open({str(ROOT / 'README.md')!r}, 'a').write('x')")

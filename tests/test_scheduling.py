@@ -1,9 +1,9 @@
-"""How ``genlab grade --workers N`` hands notebooks to workers (autograder.grade.LabAffinity)."""
+"""How ``genlab grade --workers N`` hands notebooks to workers (autograder.course.grade.LabAffinity)."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from autograder.grade import LabAffinity
+from autograder.course.grade import LabAffinity
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,8 +46,8 @@ def test_a_worker_takes_the_biggest_lab_nobody_holds_then_helps_with_the_rest():
 
 
 def test_a_spare_kernel_warms_the_modules_the_setup_cell_imports():
-    from autograder.grade import WARM
-    from autograder.pipeline import Lab
+    from autograder.course.grade import WARM
+    from autograder.grading.pipeline import Lab
 
     lab = Lab.load(ROOT, "lab5_fid")
     assert lab.setup_modules[:4] == ("math", "time", "numpy", "scipy.linalg")
@@ -58,8 +58,8 @@ def test_a_spare_kernel_warms_the_modules_the_setup_cell_imports():
 
 
 def test_a_spare_kernel_is_started_only_when_another_notebook_may_follow(tmp_path, monkeypatch):
-    from autograder.grade import Kernels, Run
-    from autograder.limits import Limits
+    from autograder.course.grade import Kernels, Run
+    from autograder.core.limits import Limits
 
     started = []
 

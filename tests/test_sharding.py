@@ -12,7 +12,7 @@ import pytest
 
 import grading_run
 
-from autograder.grade import in_shard, parse_shard
+from autograder.course.grade import in_shard, parse_shard
 from genlab.testing.notebook import LabNotebook
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,8 +96,8 @@ def test_same_submission_same_scores_and_resume(two_students, second_grading, tm
 
 
 def test_a_result_is_reused_only_while_what_decided_it_is_unchanged(tmp_path, monkeypatch):
-    from autograder import cache
-    from autograder.limits import Limits
+    from autograder.grading import cache
+    from autograder.core.limits import Limits
 
     notebook, source, release = (tmp_path / name for name in ("student.ipynb", "source.ipynb", "release.ipynb"))
     for path in (notebook, source, release):
@@ -115,7 +115,7 @@ def test_a_result_is_reused_only_while_what_decided_it_is_unchanged(tmp_path, mo
 @pytest.mark.skipif(not os.environ.get("GENLAB_TEST_PG_URL"), reason="no PostgreSQL server: set GENLAB_TEST_PG_URL "
                     "(make test starts one with .ci/postgres.sh)")
 def test_two_shards_fill_one_postgres_gradebook(second_grading):
-    from autograder.gradebook import totals
+    from autograder.course.gradebook import totals
 
     _, url, shards = second_grading
     got = totals(url)

@@ -1,4 +1,4 @@
-"""Similar solutions (autograder/similarity.py) on the class the ``graded_class`` fixture grades: the two students
+"""Similar solutions (autograder/insight/similarity.py) on the class the ``graded_class`` fixture grades: the two students
 with the same ``iwae_bound`` under renamed variables are listed, and no other pair: not the two copies of the
 reference (boilerplate), not the students who share a bug but wrote it each in their own words."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import csv
 import pytest
 
 import class_students
-from autograder.similarity import similar_pairs
+from autograder.insight.similarity import similar_pairs
 
 pytestmark = pytest.mark.slow
 

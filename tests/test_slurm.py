@@ -162,8 +162,8 @@ def _count(url: str, sql: str):
 
 
 def test_job_array_fills_one_gradebook_and_survives_a_killed_task(slurm, pg_url, tmp_path):
-    from autograder.grade import in_shard
-    from autograder.gradebook import totals
+    from autograder.course.grade import in_shard
+    from autograder.course.gradebook import totals
 
     # The class, as the sbatch expects it: GENLAB_DATA/submitted/<student>/<lab>/<lab>.ipynb.
     data = tmp_path / "data"

@@ -5,9 +5,9 @@ import os
 
 import nbformat
 
-from autograder.assemble import assemble
-from autograder.limits import Limits
-from autograder.submissions import locate, refusal
+from autograder.grading.assemble import assemble
+from autograder.core.limits import Limits
+from autograder.grading.submissions import locate, refusal
 
 MAX = Limits().max_notebook_bytes
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from autograder.scan import scan_cells, scan_source
+from autograder.wall.scan import scan_cells, scan_source
 
 HONEST = {
     "plots and display": "import matplotlib.pyplot as plt\nfrom IPython.display import display, clear_output\n"
@@ -111,7 +111,7 @@ def test_the_run_time_check_sees_patches_the_scan_cannot(name):
     "import glob\nglob.glob('/tmp/**/*.json', recursive=True)\n",
 ])
 def test_looking_outside_the_folder_is_a_probe_not_tampering(source):
-    from autograder.scan import scan_notebook
+    from autograder.wall.scan import scan_notebook
 
     found = scan_notebook([("cell `x`", source)])
     assert found.probes and not found.tampering, found
@@ -120,6 +120,6 @@ def test_looking_outside_the_folder_is_a_probe_not_tampering(source):
 @pytest.mark.parametrize("source", ["import os\nhome = os.environ.get('HOME')\n", "open('data.txt')\n",
                                     "import os\nos.listdir('.')\n"])
 def test_everyday_file_and_environment_use_is_no_probe(source):
-    from autograder.scan import scan_notebook
+    from autograder.wall.scan import scan_notebook
 
     assert scan_notebook([("cell `x`", source)]).probes == []

@@ -182,7 +182,7 @@ def _math_in_browser(browser, page_path: Path) -> tuple[int, list[str]]:
 
 
 def test_a_term_from_the_canvas_zip_to_the_lms_import(tmp_path, browser):
-    from autograder import sandbox
+    from autograder.wall import sandbox
 
     if sandbox.probe():
         pytest.skip(f"no sandbox here: {sandbox.probe()}")

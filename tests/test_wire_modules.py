@@ -88,7 +88,7 @@ def test_the_kernel_still_keeps_modules_it_returns_as_handles():
 
 
 def test_an_object_the_kernel_returned_goes_back_as_its_handle():
-    class Returned:  # what autograder.remote.RemoteObject holds
+    class Returned:  # what autograder.wall.remote.RemoteObject holds
         def __init__(self):
             self._handle = wire.Handle(42, "__main__.LoRALinear")
 
@@ -176,7 +176,7 @@ def test_a_module_kept_in_the_kernel_is_measured_there_through_its_handle():
     """grad_of(module, x) on a module the student's code built: one request on the path every call takes."""
     import pytest
 
-    from autograder.remote import RemoteObject
+    from autograder.wall.remote import RemoteObject
     from genlab.checks import grad_of
     from genlab.testing.calls import Recorder
 

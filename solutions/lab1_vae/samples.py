@@ -3,9 +3,9 @@
 Each sample names the solution cells it replaces (by grade_id) and, optionally, cells it adds; its
 ``expect`` is what the grader must conclude (checked by tests/test_grading.py). The notebooks under
 ``autograder/samples/<student>/lab1_vae/`` are generated from this file (``make samples``), and a test fails
-when they drift. Format: :mod:`autograder.sample_submissions`.
+when they drift. Format: :mod:`autograder.release.sample_submissions`.
 """
-from autograder.sample_submissions import bug_cell
+from autograder.release.sample_submissions import bug_cell
 
 LAB = "lab1_vae"
 
@@ -362,7 +362,7 @@ SAMPLES["lab1_attack_active_outputs"] = {"cells": {"reparameterize": CORRECT["re
 # The kernel's server answers each request with one frame (genlab.testing.wire: a fixed header with the
 # request's id and the two lengths, the JSON, the tensors) written with socket.sendall on the channel it was
 # handed at launch. Each sample hands in a wrong reparameterize, then rewrites or cuts the server's frames with
-# code no scan flags (the names are built at run time), so the grader's reader (autograder.channel) is what
+# code no scan flags (the names are built at run time), so the grader's reader (autograder.wall.channel) is what
 # must refuse it: tampered, with the evidence in words.
 _FORGE = '''
 _s, _st = __import__('soc' + 'ket'), __import__('str' + 'uct')

@@ -4,9 +4,9 @@
 keep the reference solution. ``EXPECTED[name]`` is what the grader must conclude: full marks, or the
 catalogued bug (``genlab.catalog.lab2_diffusion``) the function's tests must fail on and be named with.
 Student folders are ``lab2_<name>`` (``reference`` is shared with the other labs). Format:
-:mod:`autograder.sample_submissions`.
+:mod:`autograder.release.sample_submissions`.
 """
-from autograder.sample_submissions import bug_cell
+from autograder.release.sample_submissions import bug_cell
 
 CELLS = {
     "reference": {},

@@ -1,9 +1,9 @@
 """Sample submissions for Lab 3: correct variants and one per catalogued bug.
 
 Each sample names the solution cells it replaces (by grade_id) and what the grader must conclude
-(``expect``). Format: :mod:`autograder.sample_submissions`.
+(``expect``). Format: :mod:`autograder.release.sample_submissions`.
 """
-from autograder.sample_submissions import bug_cell
+from autograder.release.sample_submissions import bug_cell
 
 LAB = "lab3_attention"
 

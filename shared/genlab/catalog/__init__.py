@@ -4,7 +4,7 @@ A lab's failure-modes cells import these to reproduce each bug and measure its s
 replays a student's calls through them to name the bug a student made.
 
 Students receive this package, so no entry may be the answer with a small edit (issue 21; checked by
-:mod:`autograder.leaks`). A bug whose code would be is written here as an :func:`edit` of the student's own
+:mod:`autograder.release.leaks`). A bug whose code would be is written here as an :func:`edit` of the student's own
 functions (``-gaussian_kl(mu, logvar)``, ``reparameterize(mu, logvar, eps).detach()``): in the notebook it
 runs on the student's function, for the grader on the reference. Its full body, as a student would write it,
 lives with the instructor, in ``solutions/<lab>/bugs.py``: the bug samples are made of it, and

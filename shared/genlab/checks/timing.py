@@ -43,7 +43,7 @@ class TimingResult:
     reference_median_s: float  # seconds per call in the reference's best round (wall clock)
     rounds: int
     # Where the grader times two kernels it also reads their CPU time from the operating system; then
-    # ``ratio`` is the larger of the two ratios (see autograder.remote). None: wall clock only.
+    # ``ratio`` is the larger of the two ratios (see autograder.wall.remote). None: wall clock only.
     wall_ratio: Optional[float] = None
     cpu_ratio: Optional[float] = None
 

@@ -4,7 +4,7 @@ A test cell is ordinary Python: ``z = reparameterize(mu, logvar, eps)`` then che
 self-check (``genlab.check``), each student function is wrapped in a :class:`LocalFunction`, which records
 every call (arguments and what came back), so that :mod:`genlab.testing.diagnosis` can replay the same calls
 through the catalogue of known bugs and name the one the student made. The grader records calls the same
-way from its own process, through proxies into the student's kernel (``autograder.remote``).
+way from its own process, through proxies into the student's kernel (``autograder.wall.remote``).
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The same runner serves a student's self-check (functions are :class:`~genlab.testing.calls.LocalFunction` s
 in the student's kernel) and the grader, whose trusted process binds the student's functions to proxies
-into the kernel and adds its own statuses (timeout, killed, tampered, missing: ``autograder.results``).
+into the kernel and adds its own statuses (timeout, killed, tampered, missing: ``autograder.core.results``).
 """
 from __future__ import annotations
 

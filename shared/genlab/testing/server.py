@@ -7,7 +7,7 @@ watched objects and starts two threads of this module's own: one reads the grade
 the notebook's namespace or IPython's hooks (a user ``__import__``, ``pre_execute`` events, input
 transformers) is on its path, and no name of the server is left among the notebook's globals. Nothing here
 decides a verdict: it only computes and reports. The verdict is taken in the grader's own process (see
-``autograder.remote``), so patching anything in this process can change what is reported, never how it is
+``autograder.wall.remote``), so patching anything in this process can change what is reported, never how it is
 judged.
 """
 from __future__ import annotations

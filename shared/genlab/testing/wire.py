@@ -184,7 +184,7 @@ def recv_exactly(sock, n: int) -> bytes:
 
 def read_frame(sock) -> tuple[bytes, str, dict, dict[str, torch.Tensor]] | None:
     """The kernel's reader: (magic, request id, header, tensors) of the next frame, None once the grader is
-    gone. The grader is trusted here; the grader's own reader (autograder.channel) trusts nothing."""
+    gone. The grader is trusted here; the grader's own reader (autograder.wall.channel) trusts nothing."""
     head = recv_exactly(sock, FRAME.size)
     if len(head) < FRAME.size:
         return None

@@ -11,7 +11,7 @@ it replaces (by grade_id) and how else the handed-in file differs from a clean c
 - ``expect``: what the grader must conclude (``tests/test_grading.py`` reads it): ``full``; ``bug`` and
   ``function``; ``tampered``; ``failed_tests``; ``status`` / ``message`` per test; ``status_all``; ``notes``...
 
-Labs are discovered (:mod:`autograder.labs`), so a new lab folder's samples are generated with no other edit.
+Labs are discovered (:mod:`autograder.core.labs`), so a new lab folder's samples are generated with no other edit.
 """
 from __future__ import annotations
 
@@ -23,11 +23,11 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.labs import LabFolder, discover
+from autograder.core.labs import LabFolder, discover
 from genlab.testing.notebook import LabNotebook, grade_id, is_solution
 
-ROOT = Path(__file__).resolve().parents[1]
-HERE = Path(__file__).parent / "samples"
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parents[1] / "samples"
 BUILD_KEYS = {"cells", "after", "edit", "delete", "duplicate", "swap", "metadata", "add", "path", "link", "raw",
               "missing", "expect"}
 
@@ -39,7 +39,7 @@ def bug_cell(lab: str, bug_id: str) -> str:
     function it replaces and defines first the catalogue's private helpers (``_kl``) that the body uses.
     """
     import genlab.catalog
-    from autograder.labs import LabFolder
+    from autograder.core.labs import LabFolder
 
     entry = genlab.catalog.bug(lab, bug_id)
     impl = LabFolder(ROOT, lab).bodies.get(bug_id, entry.impl)  # the full body, where students see an edit
@@ -130,5 +130,5 @@ def generate(root: Path = ROOT, out: Path | None = None, labs: list[str] | None 
 if __name__ == "__main__":
     import sys
 
-    for p in generate(labs=sys.argv[1:] or None):  # python -m autograder.sample_submissions [LAB ...]
+    for p in generate(labs=sys.argv[1:] or None):  # python -m autograder.release.sample_submissions [LAB ...]
         print(p or "(no notebook)")

@@ -43,7 +43,7 @@ class Result:
     seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)   # seconds per pipeline step
     # failing function -> {"calls": n, "relations": {label: count}}: its outputs against the reference's on the
-    # same inputs (autograder.behaviour), for the class report's clusters; labels only, a few hundred bytes
+    # same inputs (autograder.grading.behaviour), for the class report's clusters; labels only, a few hundred bytes
     behaviour: dict[str, dict] = field(default_factory=dict)
 
     @classmethod

@@ -17,7 +17,7 @@ import nbformat
 
 import autograder
 import genlab
-from autograder.results import Result
+from autograder.core.results import Result
 
 
 @lru_cache(maxsize=1)

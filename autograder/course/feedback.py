@@ -1,6 +1,6 @@
 """What a grading run writes: grades.csv, results.json, nbgrader's gradebook, feedback pages, the class report.
 
-Every form of a result comes from the :class:`~autograder.results.Result` itself; this module only puts
+Every form of a result comes from the :class:`~autograder.core.results.Result` itself; this module only puts
 them in their files, and turns graded notebooks into nbgrader's feedback HTML.
 """
 from __future__ import annotations
@@ -20,17 +20,17 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import gradebook
-from autograder.class_report import write_class_report
-from autograder.sanitize import inert_notebook, seal_pages
-from autograder.results import CSV_COLUMNS, Result
+from autograder.course import gradebook
+from autograder.insight.class_report import write_class_report
+from autograder.core.sanitize import inert_notebook, seal_pages
+from autograder.core.results import CSV_COLUMNS, Result
 
 
 def score_line(result: Result, score=None, late=None) -> str:
     """The page's one score line: what is autograded, what hand grading is pending or gave, any late penalty.
 
-    ``score`` is the gradebook's :class:`autograder.export.LabScore` (hand-graded points and the penalty live
-    there), ``late`` the :class:`autograder.late.Late` of this submission; without them, the autograded
+    ``score`` is the gradebook's :class:`autograder.course.export.LabScore` (hand-graded points and the penalty live
+    there), ``late`` the :class:`autograder.course.late.Late` of this submission; without them, the autograded
     points of ``result`` alone."""
     got, of = (score.auto, score.auto_max) if score is not None else (result.total, result.max_total)
     auto = f"{got:g} / {of:g} autograded"
@@ -52,7 +52,7 @@ def score_line(result: Result, score=None, late=None) -> str:
 
 
 # The page's own stylesheet: fixed text of the grader's, never a student's. It goes in the page's head after the
-# body is cleaned (autograder.sanitize.seal_page), and the page's CSP allows it by its sha256 alone.
+# body is cleaned (autograder.core.sanitize.seal_page), and the page's CSP allows it by its sha256 alone.
 STYLESHEET = """
 .genlab-fix-first { border-left: 4px solid #c9302c; background: #fdf6f6; padding: 0.5em 1em; margin: 1em 0; }
 .genlab-fix-first h2 { font-size: 1.25em; margin: 0.3em 0 0.5em; }
@@ -80,10 +80,10 @@ def _text(text: str) -> str:
 @lru_cache(maxsize=None)
 def _depends(lab: str) -> dict:
     """Functions that call another student function (the lab's ``DEPENDS``), {} when the lab has none."""
-    from autograder.labs import LabFolder
+    from autograder.core.labs import LabFolder
 
     try:
-        return LabFolder(Path(__file__).resolve().parents[1], lab).depends
+        return LabFolder(Path(__file__).resolve().parents[2], lab).depends
     except Exception:  # noqa: BLE001 - no samples module here: the summary just names no dependency
         return {}
 
@@ -210,7 +210,7 @@ def _feedback_pages(out: Path, db_url: str, lab: str, student: str = "*") -> Non
     from nbgrader.coursedir import CourseDirectory
     from traitlets.config import Config
 
-    from autograder.html_export import FeedbackHTMLExporter
+    from autograder.course.html_export import FeedbackHTMLExporter
 
     warnings.filterwarnings("ignore", module="nbgrader.*")
     c = Config()
@@ -231,8 +231,8 @@ def write_feedback(out: Path, db_url: str, results, pool: ProcessPoolExecutor | 
                    lates: dict | None = None) -> None:
     """Autograded notebooks (with a summary on top) and nbgrader's feedback HTML, per student and lab. With a
     ``pool``, the pages are rendered by its processes, one page per task (about a second each). ``lates``:
-    {(student, lab): Late} from :func:`autograder.late.apply`, shown in the score line."""
-    from autograder.export import lab_scores
+    {(student, lab): Late} from :func:`autograder.course.late.apply`, shown in the score line."""
+    from autograder.course.export import lab_scores
 
     scores, lates = lab_scores(db_url), lates or {}
     for r in results:
@@ -255,7 +255,7 @@ def write_feedback(out: Path, db_url: str, results, pool: ProcessPoolExecutor | 
         _one_score_line(out / "feedback" / r.student / r.lab / f"{r.lab}.html",
                         score_line(r, scores.get(key), lates.get(key)).strip("*"))
     _write_reason_pages(out, results, scores, lates)
-    seal_pages(out / "feedback", STYLESHEET)  # no student script runs when a page is opened (autograder.sanitize)
+    seal_pages(out / "feedback", STYLESHEET)  # no student script runs when a page is opened (autograder.core.sanitize)
 
 
 def write_outputs(root: Path, out: Path, results: list[Result], labs: list[str], db_url: str | None = None,
@@ -264,7 +264,7 @@ def write_outputs(root: Path, out: Path, results: list[Result], labs: list[str],
     the class report. The pages and the report are drawn by one process per core this process may use (or per
     worker, if more): grading is over, so its workers' cores are free. With ``submissions`` (the graded
     ``submitted/`` tree), the deadlines of ``course_toml`` (default: autograder/course.toml) are applied from its
-    timestamp.txt files (autograder.late)."""
+    timestamp.txt files (autograder.course.late)."""
     warnings.filterwarnings("ignore", module="nbgrader.*")  # SQLAlchemy notices from nbgrader's own code
     with (out / "grades.csv").open("w", newline="") as f:
         writer = csv.writer(f)
@@ -294,7 +294,7 @@ def default_db_url(out: Path) -> str:
 
 def apply_deadlines(root: Path, db_url: str, submissions: Path, course_toml: Path | None = None) -> dict:
     """course.toml's ``[deadlines]`` applied to the gradebook from ``submissions``' timestamp.txt files."""
-    from autograder import late
+    from autograder.course import late
 
     course_toml = course_toml or Path(root) / "autograder" / "course.toml"
     deadlines = late.Deadlines.load(course_toml)

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from autograder import cgroups
+from autograder.wall import cgroups
 
 KERNEL_USER = os.environ.get("GENLAB_KERNEL_USER", "genlab-kernel")
 SANDBOX_UID = 1000                     # the uid a kernel sees for itself, inside
@@ -144,7 +144,7 @@ def kernel_environment(workdir: Path, extra: dict | None = None) -> dict[str, st
            # A fixed mmap threshold: every allocation of 4 MiB or more is a mapping of its own, charged to the
            # kernel's cgroup when touched and returned when freed, so the OS sees it on every call (glibc's
            # default threshold rises to the largest block freed, up to 32 MiB, after which equal blocks come
-           # from a heap it keeps: invisible). The grader's memory check rests on that (autograder.remote).
+           # from a heap it keeps: invisible). The grader's memory check rests on that (autograder.wall.remote).
            "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD_BYTES),
            # And a heap that is never trimmed: smaller blocks come from the heap, which an honest function can
            # fragment into growing on every call (Lab 5's float64 extract_features: 9-11 MB over a 2.2 MB count,
@@ -253,7 +253,7 @@ def launcher(config: SandboxConfig, workdir: Path) -> list[str]:
     for name, value in kernel_environment(workdir).items():
         argv += ["--setenv", name, value]
     argv += [
-        # Address space: with cgroups (autograder/cgroups.py) the memory limit is the cgroup's, and this cap
+        # Address space: with cgroups (autograder/wall/cgroups.py) the memory limit is the cgroup's, and this cap
         # only stops absurd single allocations; torch alone maps about 1.5 GiB it never touches.
         # Processes: RLIMIT_NPROC counts this kernel's user namespace only, and works because the kernel's
         # uid is not root outside; pids.max (cgroups) caps the same where the machine allows cgroups.

@@ -7,7 +7,7 @@ early (nothing handed in, an unreadable file) sets ``state.result`` and the rema
     read -> assemble -> scan -> start kernel -> run cells -> integrity -> stop kernel -> diagnose -> verdict
 
 Test cells run *in this process*, where they stand in the notebook, with the student's functions bound to
-proxies into the kernel (:mod:`autograder.remote`) and the reference loaded from ``solutions/``; student
+proxies into the kernel (:mod:`autograder.wall.remote`) and the reference loaded from ``solutions/``; student
 cells run in the student's kernel. So a test that ran keeps its result whatever happens later in the
 notebook, and no verdict is ever taken inside the student's process.
 
@@ -31,16 +31,16 @@ from typing import Callable
 
 import nbformat
 
-from autograder import behaviour
-from autograder.assemble import Assembled, assemble
-from autograder.channel import ChannelTampered
-from autograder.kernel import KernelLost, KernelSession, RemoteTimeout
-from autograder.labs import LabFolder
-from autograder.limits import Limits
-from autograder.remote import RemoteFunction
-from autograder.results import Result, Status
-from autograder.sanitize import student_text
-from autograder.scan import scan_notebook
+from autograder.grading import behaviour
+from autograder.grading.assemble import Assembled, assemble
+from autograder.wall.channel import ChannelTampered
+from autograder.wall.kernel import KernelLost, KernelSession, RemoteTimeout
+from autograder.core.labs import LabFolder
+from autograder.core.limits import Limits
+from autograder.wall.remote import RemoteFunction
+from autograder.core.results import Result, Status
+from autograder.core.sanitize import student_text
+from autograder.wall.scan import scan_notebook
 from genlab.catalog import Bug, bugs_for
 from genlab.testing.calls import Recorder
 from genlab.testing.diagnosis import diagnose
@@ -405,7 +405,7 @@ def diagnose_failures(g: Grading) -> None:
             function = g.lab.tests[test]["function"]
             outcome.diagnosis = diagnose(g.lab.bugs, [c for c in g.calls if c.name == function], g.lab.reference)
     # For the class report's misconception clusters: how each failing function's outputs relate to the
-    # reference's (labels and counts, no tensor; autograder.behaviour).
+    # reference's (labels and counts, no tensor; autograder.grading.behaviour).
     failing = dict.fromkeys(g.lab.tests[t]["function"] for t, o in g.outcomes.items() if o.status != Status.PASSED)
     g.behaviour = behaviour.for_failures(failing, g.calls, g.lab.reference)
 

@@ -12,12 +12,12 @@ It answers what no per-student feedback can: which misconceptions are common ("3
 KL's sign"). Every bug of each lab's catalogue is listed, with 0% where nobody made it, so an empty row is a
 measurement, not a forgotten bug. Beyond the catalogue, per lab:
 
-- item analysis per test (:mod:`autograder.items`): pass rate, point-biserial discrimination, and flags for a
+- item analysis per test (:mod:`autograder.insight.items`): pass rate, point-biserial discrimination, and flags for a
   test nearly everyone fails or one with negative discrimination;
-- misconception clusters (:mod:`autograder.clusters`): students who failed a function's tests in the same way
+- misconception clusters (:mod:`autograder.insight.clusters`): students who failed a function's tests in the same way
   and whom no catalogued bug names, with a representative student's solution cell
   (``genlab catalog suggest`` turns one into a catalogue entry);
-- similar solutions (:mod:`autograder.similarity`): pairs of students sharing long spans of their own code.
+- similar solutions (:mod:`autograder.insight.similarity`): pairs of students sharing long spans of their own code.
 
 The solution cells shown come from ``results.json`` (``solutions``; for older runs, the autograded
 notebooks beside it). This page is the instructor's alone: no part of it goes into any student's
@@ -39,15 +39,15 @@ from functools import lru_cache
 from html import escape
 from pathlib import Path
 
-from autograder import clusters as clustering
-from autograder import items as item_analysis
-from autograder import similarity
+from autograder.insight import clusters as clustering
+from autograder.insight import items as item_analysis
+from autograder.insight import similarity
 
 HTML_NAME, CSV_NAME = "class-report.html", "class-report.csv"
 # statistic: an item's discrimination, a similar pair's smaller share; detail: flags, a cluster's relations
 CSV_COLUMNS = ["lab", "kind", "name", "function", "count", "of", "percent", "students", "statistic", "detail"]
 PASSED, FAILED = "passed", "failed"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _gradebook_scores(db_url: str) -> dict[tuple[str, str], dict[str, tuple[float | None, float]]]:
@@ -117,8 +117,8 @@ class LabInfo:
 def lab_info(lab: str) -> LabInfo:
     import nbformat
 
-    from autograder.labs import LabFolder
-    from autograder.sample_submissions import reference_sources
+    from autograder.core.labs import LabFolder
+    from autograder.release.sample_submissions import reference_sources
     from genlab.testing.notebook import LabNotebook
 
     folder = LabFolder(ROOT, lab)
@@ -223,7 +223,7 @@ def _odd_statuses(lab, status):
 
 
 def _items(lab, tests, students, scores, info):
-    """Item analysis per test: rows for the page and the CSV (autograder.items)."""
+    """Item analysis per test: rows for the page and the CSV (autograder.insight.items)."""
     found = item_analysis.analyse(tests, students, lambda s, t: (lambda v: None if v[0] is None else v)(
         scores[(s, lab)].get(t, (None, 0.0))))
     rows, csv_rows = [], []
@@ -238,7 +238,7 @@ def _items(lab, tests, students, scores, info):
 
 
 def _clusters(lab, details, students, info, sources):
-    """Misconception clusters per function (autograder.clusters): HTML and CSV rows."""
+    """Misconception clusters per function (autograder.insight.clusters): HTML and CSV rows."""
     entries = {s: details[(s, lab)] for s in students if (s, lab) in details}
     found = clustering.for_lab(entries, info.tests_of, info.depends)
     html, csv_rows = [], []
@@ -270,7 +270,7 @@ def _clusters(lab, details, students, info, sources):
 
 
 def _similarity(lab, students, info, sources):
-    """Pairs of similar solutions (autograder.similarity): HTML and CSV rows."""
+    """Pairs of similar solutions (autograder.insight.similarity): HTML and CSV rows."""
     codes = {s: list(sources[(s, lab)].values()) for s in students if (s, lab) in sources}
     pairs = similarity.similar_pairs(codes, info.boilerplate)
     csv_rows = [[lab, "similar_pair", f"{p.a} | {p.b}", "", p.shared_chars, "", round(100 * min(p.similarity), 1),

@@ -1,6 +1,6 @@
 """``genlab grade SUBMISSIONS --out DIR``: grade a folder laid out as nbgrader's ``submitted/`` tree.
 
-Writes, under DIR (see :mod:`autograder.feedback`):
+Writes, under DIR (see :mod:`autograder.course.feedback`):
 - ``grades.csv``: one row per student and test: student,lab,test,score,max_score,status,diagnosis
 - ``results.json``: the same with messages, repairs made to the notebook, tampering evidence, times per step
 - ``gradebook.db``: nbgrader's gradebook (scores as auto_score), so nbgrader's tools keep working
@@ -24,14 +24,16 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from autograder import cache, gradebook, pipeline
-from autograder.feedback import default_db_url, write_outputs
-from autograder.kernel import KernelSession
-from autograder.labs import LabFolder, lab_ids
-from autograder.limits import Limits
-from autograder.results import Result, Status
-from autograder.sandbox import SandboxConfig, launcher, prepare_workdir, require as require_sandbox
-from autograder.submissions import Found, locate, students
+from autograder.grading import cache
+from autograder.course import gradebook
+from autograder.grading import pipeline
+from autograder.course.feedback import default_db_url, write_outputs
+from autograder.wall.kernel import KernelSession
+from autograder.core.labs import LabFolder, lab_ids
+from autograder.core.limits import Limits
+from autograder.core.results import Result, Status
+from autograder.wall.sandbox import SandboxConfig, launcher, prepare_workdir, require as require_sandbox
+from autograder.grading.submissions import Found, locate, students
 from genlab.testing.notebook import grade_id
 
 # A spare kernel imports the modules the next notebook's setup cell will (torchmetrics, peft, rdkit: seconds

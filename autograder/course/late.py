@@ -131,7 +131,7 @@ def apply(db_url: str, deadlines: Deadlines, submissions: Path) -> dict[tuple[st
     """Writes due dates, timestamps, extensions and penalties into the gradebook; {(student, lab): Late}."""
     from nbgrader.api import Gradebook
 
-    from autograder.gradebook import COURSE
+    from autograder.course.gradebook import COURSE
 
     lates: dict[tuple[str, str], Late] = {}
     with Gradebook(db_url, COURSE) as gb:

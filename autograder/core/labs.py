@@ -87,7 +87,7 @@ class LabFolder:
 def instructor_bug(lab: str, bug_id: str, root: Path | None = None):
     """A catalogued bug as the grader replays it: its full body where students see an edit of their function
     (this checkout's ``solutions/<lab>/bugs.py``), the catalogue's code otherwise."""
-    folder = LabFolder(Path(root) if root else Path(__file__).resolve().parents[1], lab)
+    folder = LabFolder(Path(root) if root else Path(__file__).resolve().parents[2], lab)
     for b in folder.bugs:
         if b.id == bug_id:
             return b

@@ -1,9 +1,9 @@
 """``genlab audit LAB``: how many small bugs in the reference solution do the lab's own tests catch?
 
-For each graded function, every mutant of its reference solution (:mod:`autograder.mutants`) is graded by
+For each graded function, every mutant of its reference solution (:mod:`autograder.quality.mutants`) is graded by
 that function's visible and hidden tests, through the test code the grader runs: each test cell's source
 from ``solutions/`` executed with :func:`genlab.testing.runner.run_test` in the namespace the pipeline builds
-(:meth:`autograder.pipeline.Lab.test_globals`: the setup cell's names and ``reference``), with every
+(:meth:`autograder.grading.pipeline.Lab.test_globals`: the setup cell's names and ``reference``), with every
 student function bound to the reference except the mutated one, all of them in this process. A mutant is
 
 - **killed** when a test fails or errors (or **timeout**: a test ran past its limit, ``signal.setitimer``);
@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from autograder.mutants import Mutant, mutants, normalized
+from autograder.quality.mutants import Mutant, mutants, normalized
 from genlab.testing.calls import LocalFunction, Recorder, detached
 from genlab.testing.runner import run_test
 
@@ -111,7 +111,7 @@ class FunctionReport:
 
 # -- running the tests against one version of the function ---------------------------------------------------
 class Auditor:
-    """One lab's tests, in process. ``lab`` is an :class:`autograder.pipeline.Lab` (only its source and
+    """One lab's tests, in process. ``lab`` is an :class:`autograder.grading.pipeline.Lab` (only its source and
     reference are used); ``tests`` maps test id -> {"source", "function", ...}, by default the lab's."""
 
     def __init__(self, lab, tests: dict | None = None, test_timeout_s: float = 20.0, timeout_factor: float = 10.0):
@@ -124,7 +124,7 @@ class Auditor:
     def _with_needed_cells(lab) -> dict:
         """The reference's namespace with the lab's ``grade-needs`` cells run in it (a copy), as the grader runs
         them in the student's kernel: Lab 1's ``beta_sweep`` calls ``train_vae`` from such a cell."""
-        from autograder.pipeline import GRADE_NEEDS
+        from autograder.grading.pipeline import GRADE_NEEDS
 
         cells = [c.source for c in lab.source.nb.cells if c.cell_type == "code" and
                  GRADE_NEEDS in c.get("metadata", {}).get("tags", [])]
@@ -535,7 +535,7 @@ def _spread(items: list, n: int | None) -> list:
 
 
 def auditor_for(root: Path, lab_id: str, test_timeout_s: float = 20.0) -> Auditor:
-    from autograder.pipeline import Lab
+    from autograder.grading.pipeline import Lab
 
     return Auditor(Lab.load(Path(root), lab_id), test_timeout_s=test_timeout_s)
 

@@ -21,10 +21,10 @@ import nbformat
 import zmq
 from jupyter_client import KernelManager
 
-from autograder import cgroups
-from autograder.channel import AnswerTimeout, ChannelLost, ChannelTampered, RequestChannel, check_reply
-from autograder.sandbox import kernel_account, kernel_environment
-from autograder.limits import Limits
+from autograder.wall import cgroups
+from autograder.wall.channel import AnswerTimeout, ChannelLost, ChannelTampered, RequestChannel, check_reply
+from autograder.wall.sandbox import kernel_account, kernel_environment
+from autograder.core.limits import Limits
 from genlab.testing import wire
 
 
@@ -61,7 +61,7 @@ class KernelSession:
                  launcher: list[str] | None = None, cgroup_limits: tuple[int, int] | None = None,
                  remove_workdir: bool = False):
         self.workdir = Path(workdir)
-        self.channel: RequestChannel | None = None   # requests and answers (autograder.channel)
+        self.channel: RequestChannel | None = None   # requests and answers (autograder.wall.channel)
         self.channel_evidence: list[str] = []   # what was wrong with the kernel's answers (tampering)
         self.limits = limits
         self.env = env or {}
@@ -205,7 +205,7 @@ class KernelSession:
         run.seconds = time.monotonic() - start
         return run
 
-    # -- the kernel's CPU, read by the operating system (timing, in autograder.remote) --------------------
+    # -- the kernel's CPU, read by the operating system (timing, in autograder.wall.remote) --------------------
     def cpu_seconds(self) -> float | None:
         """CPU time of everything the kernel runs, threads and child processes included, as the operating
         system accounts it: the cgroup's counter, else /proc for the kernel's process tree (10 ms ticks).
@@ -280,7 +280,7 @@ class KernelSession:
             return f"the kernel died from {name}{hint}"
         return f"the kernel exited (exit code {code})" if code is not None else "the kernel died"
 
-    # -- the request channel used by autograder.remote ----------------------------------------------
+    # -- the request channel used by autograder.wall.remote ----------------------------------------------
     @property
     def boot_source(self) -> str:
         """The cell that installs the kernel's server on its end of the channel; it binds no global name."""
@@ -320,7 +320,7 @@ class KernelSession:
         thread), and the kernel killed if it does not answer within the grace period.
 
         Raises KernelLost (the kernel died, or closed the channel), RemoteTimeout, or ChannelTampered (the
-        answer broke the rules of :mod:`autograder.channel`; also kept in :attr:`channel_evidence`, so a test
+        answer broke the rules of :mod:`autograder.wall.channel`; also kept in :attr:`channel_evidence`, so a test
         that catches every exception cannot hide it)."""
         if not self.alive():
             raise KernelLost(self.dead_reason or "the kernel is not running")

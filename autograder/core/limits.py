@@ -9,7 +9,7 @@ import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-COURSE_TOML = Path(__file__).with_name("course.toml")
+COURSE_TOML = Path(__file__).resolve().parents[1] / "course.toml"
 
 
 def _read(path: Path) -> dict:

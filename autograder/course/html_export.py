@@ -6,9 +6,9 @@ BeautifulSoup's pure-Python parser, to give images without one an alt text and J
 was 60% of the page's CPU time (6.35 against 2.57 CPU seconds for 6 pages, measured on this 2-core machine,
 issue 19), and every graded notebook gets a page. The ``tabindex`` selectors match nothing in nbgrader's
 feedback template (it extends the classic one), and the alt text is added here as the rendered page leaves the
-template. The page's body is then cleaned by nh3 (:func:`autograder.sanitize.seal_page`), which writes it out
+template. The page's body is then cleaned by nh3 (:func:`autograder.core.sanitize.seal_page`), which writes it out
 anew: the sealed pages of the two exporters differ only in attribute order and whitespace (compared on the 6
-pages). Used by :func:`autograder.feedback._feedback_pages` as nbgrader's ``GenerateFeedback.exporter_class``.
+pages). Used by :func:`autograder.course.feedback._feedback_pages` as nbgrader's ``GenerateFeedback.exporter_class``.
 """
 from __future__ import annotations
 

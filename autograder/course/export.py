@@ -1,7 +1,7 @@
 """``genlab export``: grades out of nbgrader's gradebook, in files an LMS imports, and per test for the instructor.
 
 Every number comes from the gradebook (:func:`lab_scores`), where ``genlab grade`` writes the autograded
-points, formgrader the hand-graded ones, and :mod:`autograder.late` the late penalty. A lab's score is
+points, formgrader the hand-graded ones, and :mod:`autograder.course.late` the late penalty. A lab's score is
 ``autograded + hand-graded - late penalty`` (at least 0); while any hand-graded answer of it is still
 ungraded, the lab's cell is left **blank, not 0**, so an import neither posts a partial score as final nor
 overwrites one.
@@ -21,7 +21,7 @@ overwrites one.
   the late penalty as a row of its own.
 
 Lab columns are named by ``--column LAB=NAME`` (e.g. ``--column "lab1_vae=Lab 1: VAE (48213)"``), else the
-lab id. Students are named through the roster of ``genlab collect`` (:class:`autograder.collect.Roster`);
+lab id. Students are named through the roster of ``genlab collect`` (:class:`autograder.course.collect.Roster`);
 a graded student missing from it is reported, never silently left out.
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ from pathlib import Path
 from sqlalchemy import create_engine, select
 from sqlalchemy.pool import NullPool
 
-from autograder.collect import Roster
+from autograder.course.collect import Roster
 
 
 @dataclass
@@ -72,7 +72,7 @@ class CellScore:
 def db_url_for(run_dir_or_db: str) -> str:
     if "://" in run_dir_or_db:
         return run_dir_or_db
-    from autograder.feedback import default_db_url
+    from autograder.course.feedback import default_db_url
 
     return default_db_url(Path(run_dir_or_db).resolve())
 

@@ -19,16 +19,16 @@ import json
 import re
 from pathlib import Path
 
-from autograder import clusters as clustering
-from autograder.class_report import _sources, lab_info
-from autograder.labs import lab_ids
-from autograder.sanitize import student_text
+from autograder.insight import clusters as clustering
+from autograder.insight.class_report import _sources, lab_info
+from autograder.core.labs import lab_ids
+from autograder.core.sanitize import student_text
 
 
 def find(run_dir: Path, function: str, index: int):
     """(lab, cluster, its representative's solution cell) for cluster ``index`` of ``function`` in a run."""
     entries = json.loads((Path(run_dir) / "results.json").read_text())
-    labs = [lab for lab in lab_ids(Path(__file__).resolve().parents[1]) if function in lab_info(lab).tests_of.values()]
+    labs = [lab for lab in lab_ids(Path(__file__).resolve().parents[2]) if function in lab_info(lab).tests_of.values()]
     if not labs:
         raise KeyError(f"no lab has a graded function {function!r}")
     lab = labs[0]

@@ -11,7 +11,7 @@ compared with the reference's by a short list of relations a misconception typic
 - ``raises E`` (the reference does not), ``other`` (none of the above).
 
 Only the labels and their counts are kept (``results.json``'s ``behaviour``), never a tensor: a few hundred
-bytes per failing function. ``autograder.clusters`` groups students by them. Dims are counted from the end
+bytes per failing function. ``autograder.insight.clusters`` groups students by them. Dims are counted from the end
 (-1 is the last) so that one mistake gives one label whatever the batch shape of each call.
 """
 from __future__ import annotations

@@ -5,7 +5,7 @@ a fingerprint:
 
 - the function's tests they did not pass;
 - the relations of their recorded outputs to the reference's on the same inputs (``results.json``'s
-  ``behaviour``, written by :mod:`autograder.behaviour`: ``scaled by 2``, ``not averaged over dim -1``...), each
+  ``behaviour``, written by :mod:`autograder.grading.behaviour`: ``scaled by 2``, ``not averaged over dim -1``...), each
   also without its number (``scaled by``), so that one mistake whose constant depends on the input (a factor
   of D, the latent size) still shares features across students.
 

@@ -11,7 +11,7 @@ grader. Students get a folder written from it (nbgrader keeps ``source/`` and ``
 
 Before it is reported clean, the bundle is read back the way a student could read it, every code cell of every
 notebook and every Python file of the wheel: no function in it, and no run of statements outside functions,
-may be a solution or a solution after a small edit (:mod:`autograder.leaks`), and no line of a hidden test may
+may be a solution or a solution after a small edit (:mod:`autograder.release.leaks`), and no line of a hidden test may
 appear in it.
 """
 from __future__ import annotations
@@ -29,8 +29,8 @@ from pathlib import Path
 
 import torch
 
-from autograder import leaks
-from autograder.labs import LabFolder, discover
+from autograder.release import leaks
+from autograder.core.labs import LabFolder, discover
 
 README = """# genlab: the labs
 

@@ -14,7 +14,7 @@ root) would ever open on the kernel's behalf. The kernel can still write anythin
 An answer that breaks these rules raises :class:`ChannelTampered`, whose message says what was wrong in words.
 The stream cannot be trusted after that, so the channel stays broken and every later request on it raises the
 same. The pipeline makes the test ``tampered`` with that evidence. The kernel closing its end, or dying,
-raises :class:`ChannelLost`, a kind of :class:`~autograder.kernel.KernelLost`.
+raises :class:`ChannelLost`, a kind of :class:`~autograder.wall.kernel.KernelLost`.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ import time
 import torch
 from safetensors.torch import load as load_tensors
 
-from autograder.sanitize import student_text
+from autograder.core.sanitize import student_text
 from genlab.testing import wire
 
 
@@ -233,7 +233,7 @@ def _identities(value) -> bool:
 
 def check_reply(reply, tensors: dict[str, torch.Tensor], kind: str) -> dict:
     """The answer to a request of ``kind``, checked field by field; returns it with the kernel's text
-    cleaned (control characters dropped, lengths capped: :func:`autograder.sanitize.student_text`).
+    cleaned (control characters dropped, lengths capped: :func:`autograder.core.sanitize.student_text`).
     Raises ChannelTampered for anything :mod:`genlab.testing.server` would never send."""
     if type(reply) is not dict or type(reply.get("ok")) is not bool:
         raise _malformed("not an object with a boolean 'ok'")

@@ -67,7 +67,7 @@ def _solution_points(root: Path, lab: str) -> dict[str, float]:
 def _setup(db_url: str, root: Path, labs: list[str], staging: Path) -> None:
     from nbgrader.api import Gradebook, MissingEntry
 
-    from autograder.release import generate
+    from autograder.release.release import generate
 
     with Gradebook(db_url, COURSE) as gb:  # creates the schema and the course on a new database
         stale = []

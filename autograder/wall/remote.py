@@ -14,7 +14,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from autograder.sanitize import student_text
+from autograder.core.sanitize import student_text
 from genlab.testing import wire
 from genlab.testing.calls import Call, Recorder, detached
 from genlab.testing.wire import student_error
@@ -77,7 +77,7 @@ def _header(kind: str, target: dict, args, kwargs, **extra) -> tuple[dict, wire.
 def _request(session, recorder: Recorder, kind: str, name: str, args, kwargs, target: dict,
              objects: tuple = (), **extra):
     call = Call(kind, name, detached(tuple(args)), detached(dict(kwargs)))  # the arguments as they were sent
-    # The reply is checked (autograder.channel.check_reply): its fields have the types used here, and the
+    # The reply is checked (autograder.wall.channel.check_reply): its fields have the types used here, and the
     # kernel's text in it is cleaned and capped.
     os_peak = None
     if kind == "peak_memory" and hasattr(session, "memory_watch"):

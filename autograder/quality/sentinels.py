@@ -23,8 +23,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from autograder.audit import KILLED, Auditor, FunctionReport, compile_cell
-from autograder.mutants import mutants
+from autograder.quality.audit import KILLED, Auditor, FunctionReport, compile_cell
+from autograder.quality.mutants import mutants
 
 PER_TEST = 2          # sentinels kept per test (spread over its assertions)
 FILE = "sentinels.json"

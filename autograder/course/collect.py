@@ -36,7 +36,7 @@ under ``SUBMISSIONS/.superseded/<student>/<lab>/``. Every entry and what became 
 **Zip entries are untrusted.** No entry's name is ever used as a path: each notebook is written to a path
 built from the student id and the lab. Entries that are links, not regular files, with ``..`` or an absolute
 path in their name, or larger than ``Limits.max_notebook_mib`` (course.toml, the cap the grader applies to
-a handed-in notebook, :func:`autograder.submissions.refusal`) are refused and reported; sizes are checked
+a handed-in notebook, :func:`autograder.grading.submissions.refusal`) are refused and reported; sizes are checked
 on the bytes actually read, not only on the size the zip's header claims.
 """
 from __future__ import annotations

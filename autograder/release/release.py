@@ -18,7 +18,7 @@ from nbgrader.coursedir import CourseDirectory
 from nbgrader.utils import compute_checksum
 from traitlets.config import Config
 
-from autograder.outputs import MARK
+from autograder.release.outputs import MARK
 from traitlets.config.loader import PyFileConfigLoader
 
 
@@ -29,7 +29,7 @@ def lab_ids(root: Path) -> list[str]:
 
 def _config(root: Path, release_dir: Path, db_url: str) -> Config:
     """The course's nbgrader_config.py, pointed at this run's release folder and gradebook."""
-    c = PyFileConfigLoader("nbgrader_config.py", path=str(Path(__file__).parent)).load_config()
+    c = PyFileConfigLoader("nbgrader_config.py", path=str(Path(__file__).resolve().parents[1])).load_config()
     c.CourseDirectory.root = str(root)
     c.CourseDirectory.release_directory = str(release_dir)
     c.CourseDirectory.db_url = db_url
