@@ -72,7 +72,7 @@ class CellScore:
 def db_url_for(run_dir_or_db: str) -> str:
     if "://" in run_dir_or_db:
         return run_dir_or_db
-    from autograder.course.feedback import default_db_url
+    from autograder.course.gradebook import default_db_url
 
     return default_db_url(Path(run_dir_or_db).resolve())
 

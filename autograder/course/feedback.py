@@ -272,7 +272,7 @@ def write_outputs(root: Path, out: Path, results: list[Result], labs: list[str],
         for r in results:
             writer.writerows(r.csv_rows())
     (out / "results.json").write_text(json.dumps([r.to_json() for r in results], indent=2))
-    db_url = db_url or default_db_url(out)
+    db_url = db_url or gradebook.default_db_url(out)
     gradebook.record(db_url, root, labs, results, out / ".release")
     gradebook.write_formgrader_config(out, db_url)
     lates = apply_deadlines(root, db_url, submissions, course_toml) if submissions is not None else {}
@@ -285,11 +285,6 @@ def write_outputs(root: Path, out: Path, results: list[Result], labs: list[str],
         report = pool.submit(write_class_report, out, db_url)
         write_feedback(out, db_url, results, pool, lates)
         report.result()
-
-
-def default_db_url(out: Path) -> str:
-    """The gradebook a run writes when no ``--db`` is given: ``out/gradebook.db``."""
-    return f"sqlite:///{Path(out) / 'gradebook.db'}"
 
 
 def apply_deadlines(root: Path, db_url: str, submissions: Path, course_toml: Path | None = None) -> dict:
@@ -311,7 +306,7 @@ def refresh(root: Path, out: Path, submissions: Path | None = None, db_url: str 
     late penalties are applied again (from ``submissions``' timestamps; written, not added), and every page's
     score line shows the hand-graded points and the penalty the gradebook now holds."""
     out = Path(out).resolve()
-    db_url = db_url or default_db_url(out)
+    db_url = db_url or gradebook.default_db_url(out)
     results = []
     for data in json.loads((out / "results.json").read_text()):
         path = out / "autograded" / data["student"] / data["lab"] / f"{data['lab']}.ipynb"

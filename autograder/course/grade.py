@@ -27,7 +27,8 @@ from tqdm.auto import tqdm
 from autograder.grading import cache
 from autograder.course import gradebook
 from autograder.grading import pipeline
-from autograder.course.feedback import default_db_url, write_outputs
+from autograder.course.feedback import write_outputs
+from autograder.course.gradebook import default_db_url
 from autograder.wall.kernel import KernelSession
 from autograder.core.labs import LabFolder, lab_ids
 from autograder.core.limits import Limits

@@ -31,6 +31,11 @@ LOCK_KEY = 0x67656E6C6162  # b"genlab": one advisory-lock key shared by every ge
 ATTEMPTS = 5
 
 
+def default_db_url(out: Path) -> str:
+    """The gradebook a run writes when no ``--db`` is given: ``out/gradebook.db``."""
+    return f"sqlite:///{Path(out) / 'gradebook.db'}"
+
+
 @contextmanager
 def _lock(db_url: str, staging: Path):
     url = make_url(db_url)
