@@ -201,7 +201,7 @@ def test_gaussian_kl_mutants_are_killed_and_weakened_tests_lower_the_score(vae_l
 
 
 # -- the fixed subset that `make test` runs: sentinels (autograder/quality/sentinels.py) ---------------------------------
-from autograder import sentinels  # noqa: E402
+from autograder.quality import sentinels  # noqa: E402
 from autograder.core.labs import lab_ids  # noqa: E402
 
 

@@ -89,3 +89,37 @@ def test_sharded_results_combine(graded_class, tmp_path):
     without_figures = [re.sub(r'src="data:image/png;base64,[^"]*"', "", (d / "class-report.html").read_text())
                        for d in (tmp_path, graded_class)]
     assert without_figures[0] == without_figures[1]
+
+
+# -- the report and the feedback pages drawn at once (issue 45: they raced over autograded/) -----------------
+def _report_that_lists_autograded(out, db_url=None):
+    """write_class_report, first writing down which autograded notebooks exist as it starts (in a pool's
+    process: this module is reached by name there, after the fork)."""
+    (out / "seen-by-report.json").write_text(json.dumps(sorted(
+        str(p.relative_to(out)) for p in (out / "autograded").glob("*/*/*.ipynb"))))
+    return write_class_report(out, db_url)
+
+
+def test_the_report_starts_after_every_autograded_notebook_is_written(tmp_path, monkeypatch):
+    import nbformat
+
+    from autograder.core.results import Result, Status
+    from autograder.course import feedback
+    from genlab.testing.notebook import LabNotebook
+
+    root = feedback.Path(__file__).resolve().parents[1]
+    lab = "lab1_vae"
+    points = {t: spec["points"] for t, spec in LabNotebook.read(root / "solutions" / lab / f"{lab}.ipynb").tests.items()}
+    notebook = nbformat.read(str(root / "labs" / lab / f"{lab}.ipynb"), as_version=4)
+    results = []
+    for student in ("ada", "bob", "cy"):
+        r = Result.every_test(student, lab, points, Status.PASSED, "")
+        r.notebook = notebook
+        results.append(r)
+    monkeypatch.setattr(feedback, "write_class_report", _report_that_lists_autograded)
+    out = tmp_path / "out"
+    out.mkdir()
+    feedback.write_outputs(root, out, results, [lab], workers=2)   # two processes: the report beside the pages
+    seen = json.loads((out / "seen-by-report.json").read_text())
+    assert seen == [f"autograded/{s}/{lab}/{lab}.ipynb" for s in ("ada", "bob", "cy")], seen
+    assert (out / "class-report.html").exists() and len(list((out / "feedback").glob("*/*/*.html"))) == 3

@@ -123,6 +123,9 @@ def test_record_and_read_back(db_url, tmp_path):
     gradebook.record(db_url, ROOT, [LAB], results, tmp_path / "staging")
     assert gradebook.totals(db_url) == {("ada", LAB): FULL, ("bob", LAB): FULL / 2, ("cy", LAB): 0.0}
     assert _count(db_url, "SELECT count(*) FROM grade_cells") == len(POINTS)
+    # a cell the grader scored waits for no TA in formgrader (nbgrader's column defaults to True)
+    assert _count(db_url, "SELECT count(*) FROM grade WHERE auto_score IS NOT NULL") == 3 * len(POINTS)
+    assert _count(db_url, "SELECT count(*) FROM grade WHERE auto_score IS NOT NULL AND needs_manual_grade") == 0
     if db_url.startswith("postgresql"):
         assert _count(db_url, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'") == 0
 

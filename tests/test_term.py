@@ -128,9 +128,10 @@ def formgrader(out: Path):
         yield url, token
 
 
-def _hand_grade(browser, url: str, token: str, db: str) -> dict:
+def _hand_grade(browser, url: str, token: str, db: str) -> tuple[dict, dict]:
     """The TA's round in formgrader: each submission opened, each score typed and each comment left as a
-    person does (type, then leave the box). Returns what the gradebook holds afterwards."""
+    person does (type, then leave the box). Returns what the gradebook holds afterwards, and which submissions
+    formgrader still lists as needing manual grading."""
     from nbgrader.api import Gradebook
 
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -159,8 +160,11 @@ def _hand_grade(browser, url: str, token: str, db: str) -> dict:
                 saved = {(s, c): (gb.find_grade(c, LAB, LAB, s).manual_score,
                                   gb.find_comment(c, LAB, LAB, s).manual_comment or "") for s, c in want}
             if saved == want or time.monotonic() > deadline:
-                return saved
+                break
             time.sleep(0.5)
+        # formgrader's own list of submissions (the data its "Manual Grading" view draws): which still need a TA
+        listed = page.request.get(f"{url}/formgrader/api/submitted_notebooks/{LAB}/{LAB}").json()
+        return saved, {row["student"]: row["needs_manual_grade"] for row in listed}
     finally:
         page.close()
 
@@ -209,8 +213,10 @@ def test_a_term_from_the_canvas_zip_to_the_lms_import(tmp_path, browser):
     # 3. the TA's round in formgrader, in Chromium
     db = f"sqlite:///{out / 'gradebook.db'}"
     with formgrader(out) as (url, token):
-        saved = _hand_grade(browser, url, token, db)
+        saved, needs_a_ta = _hand_grade(browser, url, token, db)
     assert saved == {(s, c): (p, m) for s, c, p, m in HAND_GRADES}, "formgrader did not save every score and comment"
+    # only aoneil's pending answer is left for a TA: no autograded cell is listed as needing manual grading
+    assert needs_a_ta == {"aoneil": True, "jmuller": False, "zberg": False}, needs_a_ta
 
     # 4. the pages redrawn from the gradebook: hand-graded points, comments, penalties, what is pending
     assert genlab("feedback", str(out), "--submissions", str(subs), "--course", course) == 0

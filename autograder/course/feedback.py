@@ -227,14 +227,10 @@ def _feedback_pages(out: Path, db_url: str, lab: str, student: str = "*") -> Non
     converter.start()
 
 
-def write_feedback(out: Path, db_url: str, results, pool: ProcessPoolExecutor | None = None,
-                   lates: dict | None = None) -> None:
-    """Autograded notebooks (with a summary on top) and nbgrader's feedback HTML, per student and lab. With a
-    ``pool``, the pages are rendered by its processes, one page per task (about a second each). ``lates``:
-    {(student, lab): Late} from :func:`autograder.course.late.apply`, shown in the score line."""
-    from autograder.course.export import lab_scores
-
-    scores, lates = lab_scores(db_url), lates or {}
+def write_autograded(out: Path, results, scores: dict, lates: dict) -> None:
+    """``out/autograded/<student>/<lab>/<lab>.ipynb``: each graded notebook, made inert, with a summary on top.
+    The feedback pages are rendered from them, and the class report reads them for a result that carries no
+    solutions of its own."""
     for r in results:
         if r.notebook is None:
             continue
@@ -242,7 +238,20 @@ def write_feedback(out: Path, db_url: str, results, pool: ProcessPoolExecutor | 
         path.parent.mkdir(parents=True, exist_ok=True)
         nb = copy.deepcopy(r.notebook)
         nb.cells.insert(0, _summary_cell(r, scores.get((r.student, r.lab)), lates.get((r.student, r.lab))))
-        nbformat.write(inert_notebook(nb), str(path))  # the feedback is rendered from it
+        nbformat.write(inert_notebook(nb), str(path))
+
+
+def write_feedback(out: Path, db_url: str, results, pool: ProcessPoolExecutor | None = None,
+                   lates: dict | None = None, autograded_written: bool = False) -> None:
+    """Autograded notebooks (with a summary on top) and nbgrader's feedback HTML, per student and lab. With a
+    ``pool``, the pages are rendered by its processes, one page per task (about a second each). ``lates``:
+    {(student, lab): Late} from :func:`autograder.course.late.apply`, shown in the score line.
+    ``autograded_written``: :func:`write_autograded` has already run with these results."""
+    from autograder.course.export import lab_scores
+
+    scores, lates = lab_scores(db_url), lates or {}
+    if not autograded_written:
+        write_autograded(out, results, scores, lates)
     graded = [r for r in results if r.notebook is not None]
     if pool is not None:  # one page per task, so the processes stay evenly busy
         for page in [pool.submit(_feedback_pages, out, db_url, r.lab, glob.escape(r.student)) for r in graded]:
@@ -281,9 +290,14 @@ def write_outputs(root: Path, out: Path, results: list[Result], labs: list[str],
         write_feedback(out, db_url, results, lates=lates)
         write_class_report(out, db_url)  # class-report.html and .csv: from the gradebook and results.json
         return
+    # The report reads autograded/ (for a result without solutions of its own): every notebook is written
+    # before it starts, never while it reads (they once raced: a half-written notebook showed no code).
+    from autograder.course.export import lab_scores
+
+    write_autograded(out, results, lab_scores(db_url), lates)
     with ProcessPoolExecutor(max_workers=processes) as pool:
         report = pool.submit(write_class_report, out, db_url)
-        write_feedback(out, db_url, results, pool, lates)
+        write_feedback(out, db_url, results, pool, lates, autograded_written=True)
         report.result()
 
 

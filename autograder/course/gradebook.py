@@ -112,7 +112,10 @@ def _record_one(gb, r) -> None:
         pass
     gb.add_submission(r.lab, r.student)
     for o in r.outcomes:
-        gb.find_grade(o.test, r.lab, r.lab, r.student).auto_score = r.score(o.test)
+        grade = gb.find_grade(o.test, r.lab, r.lab, r.student)
+        # Scored here, so no TA needs to: nbgrader's own autograde (SaveAutoGrades) clears the flag the same
+        # way. Left True (the column's default), formgrader listed every submission as needing manual grading.
+        grade.auto_score, grade.needs_manual_grade = r.score(o.test), False
     for name, (manual, extra) in grades.items():
         grade = gb.find_grade(name, r.lab, r.lab, r.student)
         grade.manual_score, grade.extra_credit, grade.needs_manual_grade = manual, extra, False
