@@ -49,7 +49,7 @@ test-equivalence: venv  ## every sample graded in both modes (default and --full
 	GENLAB_EQUIVALENCE=all OMP_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider \
 		tests/test_grading.py -k full_run
 
-# Mutation audit of every lab's own tests (README: "Auditing a lab's tests"); ARGS=--max-mutants 20 for a quick look.
+# Mutation audit of every lab's own tests (docs/lab-author-guide.md, "Auditing a lab's tests"); ARGS=--max-mutants 20 for a quick look.
 audit: venv  ## which small bugs in each reference solution do the lab's tests let through? writes out/audit.json
 	OMP_NUM_THREADS=1 $(VENV)/bin/genlab audit all --quiet --json out/audit.json $(ARGS)
 

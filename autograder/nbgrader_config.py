@@ -5,7 +5,7 @@
 repository root with `--config autograder/nbgrader_config.py`.
 
 Do not use `nbgrader autograde` on student work: it runs hidden tests inside the student's kernel, where the
-student's code can change the verdict (see README, "How verdicts are kept out of the student's reach").
+student's code can change the verdict (docs/trust-model.md, "How verdicts are kept out of the student's reach").
 """
 c = get_config()  # noqa: F821 - provided by traitlets when nbgrader loads this file
 

@@ -11,7 +11,7 @@
 
 Each lab runs once; the widget test reuses its page (Lab 3 trains a model for about a minute).
 Screenshots (one per lab, its widget; the class report's item analysis, clusters and similarity) go to
-``$GENLAB_SCREENSHOTS`` or the test's temporary folder; ``make screenshots`` writes the README's into
+``$GENLAB_SCREENSHOTS`` or the test's temporary folder; ``make screenshots`` writes the README's and the guides' into
 ``docs/screenshots/``.
 
 Playwright drives Debian's ``chromium`` (``/usr/bin/chromium``, from ``.ci/system-deps.sh``): no browser
@@ -378,7 +378,7 @@ def test_class_report_page(browser, graded_class, shots):
         figures = page.locator("img[src^='data:image/png']")
         assert figures.count() >= 3 and all(figures.nth(i).evaluate("i => i.naturalWidth > 0")
                                             for i in range(figures.count()))
-        # the instructor's three analyses, each drawn with content (the README shows these screenshots)
+        # the instructor's three analyses, each drawn with content (docs/ta-guide.md shows these screenshots)
         for part, content in (("items", "table.items tbody tr"), ("clusters", "pre, code"),
                               ("similarity", "mark, table")):
             section = page.locator(f"#lab1_vae-part-{part}")

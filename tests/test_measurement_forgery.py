@@ -258,7 +258,7 @@ def test_the_loop_length_is_capped_by_the_memory_its_copies_take():
 
 
 def test_in_a_loop_of_5000_calls_every_nonzero_float32_element_differs_from_copy_to_copy():
-    """What the README promises of value-keyed caches."""
+    """What the trust model (docs/trust-model.md) promises of value-keyed caches."""
     x = torch.cat([torch.randn(60), torch.tensor([1e-30, 3e38, -1.0, 0.5])])
     stacked = torch.stack([c[0][0] for c in server._copies((x,), {}, 5000, 0.123)])
     for j in range(x.numel()):

@@ -1,4 +1,4 @@
-"""Issue 28: one term, end to end, as an instructor and a TA run it, through the commands the README gives.
+"""Issue 28: one term, end to end, as an instructor and a TA run it, through the commands the README and docs/instructor-guide.md give.
 
 1. `genlab collect` reads a Canvas "download submissions" zip (built here in Canvas's naming: sortable name,
    ``_LATE_``, user id, attachment id) through a roster with accented and spaced names, into nbgrader's

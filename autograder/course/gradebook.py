@@ -187,7 +187,7 @@ def write_formgrader_config(out: Path, db_url: str) -> Path:
     starts ``jupyter server`` in ``out`` with the formgrader extension and nothing else to set. ``out`` is the
     grader's user's alone (mode 0700), so a PostgreSQL URL's password written here is no wider known."""
     path = Path(out) / "nbgrader_config.py"
-    path.write_text("c = get_config()  # noqa: F821 - written by genlab grade, for formgrader (README, step 4)\n"
+    path.write_text("c = get_config()  # noqa: F821 - written by genlab grade, for formgrader (docs/ta-guide.md)\n"
                     f"c.CourseDirectory.root = {str(Path(out).resolve())!r}\n"
                     f"c.CourseDirectory.course_id = {COURSE!r}\n"
                     f"c.CourseDirectory.db_url = {db_url!r}\n")

@@ -1,6 +1,6 @@
 """Reading the roles of cells from nbgrader's metadata.
 
-Conventions the grader relies on (written down in autograder/README.md):
+Conventions the grader relies on (written down in docs/lab-author-guide.md, "Conventions the grader relies on"):
 - the locked code cell with grade_id ``setup`` holds the lab's imports; tests may use its names;
 - each function a student writes has its own solution cell, whose grade_id is the function's name;
 - each test cell's grade_id starts with the name of the function it tests (``reparameterize_gradient``);
