@@ -183,7 +183,7 @@ def guidance_halves_swapped(model, x, t, y, guidance_scale, null_label):
 
 def guidance_scale_as_w(model, x, t, y, guidance_scale, null_label):
     eps_c, eps_u = model(x, t, y), model(x, t, torch.full_like(y, null_label))
-    return (1 + guidance_scale) * eps_c - guidance_scale * eps_u   # Ho & Salimans' w where diffusers' s is meant
+    return (1 + guidance_scale) * eps_c - guidance_scale * eps_u   # Ho & Salimans' w where diffusers' omega is meant
 
 
 BODIES = {fn.__name__: fn for fn in (

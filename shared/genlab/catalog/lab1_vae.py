@@ -134,7 +134,7 @@ def iwae_missing_log_k(iwae_bound, x, x_logits, z, mu, logvar):
 # --- continuous_bernoulli_log_norm, continuous_bernoulli_mean, continuous_bernoulli_negative_elbo ------
 @edit("continuous_bernoulli_log_norm")
 def log_norm_from_probs(continuous_bernoulli_log_norm, logits):
-    lam = torch.sigmoid(logits)  # rounds to exactly 1/2 near logit 0; 1 - 2 lam to exactly +-1 beyond |logit| 17
+    lam = torch.sigmoid(logits)  # exactly 1/2 near logit 0; 1 - 2 lam exactly -1 from logit ~17, +1 from ~-18
     return torch.log(2 * torch.atanh(1 - 2 * lam) / (1 - 2 * lam))  # the log of C(lambda), as the paper writes C
 
 
@@ -257,7 +257,8 @@ BUGS = [
         iwae_missing_log_k),
     Bug("log_norm_from_probs", "continuous_bernoulli_log_norm", "log C computed as the log of C(lambda)",
         "C(lambda) = 2 artanh(1 - 2 lambda) / (1 - 2 lambda) from lambda = sigmoid(logits): lambda rounds to exactly 1/2 "
-        "near logit 0 (0/0: NaN), and in float32 1 - 2 lambda rounds to exactly -1 or 1 beyond |logit| 17 (artanh = -inf or inf: log C = inf).",
+        "near logit 0 (0/0: NaN), and in float32 1 - 2 lambda rounds to exactly -1 from a logit of about 17 (sigmoid rounds to 1) "
+        "and to exactly 1 from about -18 (artanh = -inf or inf: log C = inf).",
         "work in logits, where C = l / tanh(l / 2) is finite for every l != 0, and use the Taylor expansion near 0.",
         "Loaiza-Ganem & Cunningham 2019, Sec. 3 (C(lambda), C(1/2) = 2 as a limit); torch/distributions/"
         "continuous_bernoulli.py: _cont_bern_log_norm (log C as a difference of logs, a Taylor series inside lims=(0.499, 0.501))",

@@ -152,15 +152,15 @@ def labels_never_dropped(drop_labels, y, p_uncond, null_label, generator=None):
 
 @edit("cfg_eps")
 def guidance_halves_swapped(cfg_eps, model, x, t, y, guidance_scale, null_label):
-    # the two halves of the batched call read in the wrong order: eps_c + s (eps_u - eps_c), which is your
-    # guidance at scale 1 - s (scale 1 then gives the unconditional prediction)
+    # the two halves of the batched call read in the wrong order: eps_c + omega (eps_u - eps_c), which is your
+    # guidance at scale 1 - omega (scale 1 then gives the unconditional prediction)
     return cfg_eps(model, x, t, y, 1.0 - guidance_scale, null_label)
 
 
 @edit("cfg_eps")
 def guidance_scale_as_w(cfg_eps, model, x, t, y, guidance_scale, null_label):
-    # the scale used as Ho & Salimans' w: (1 + s) eps_c - s eps_u, your guidance at scale s + 1 (scale 1 then
-    # guides, where it should give the conditional prediction)
+    # the scale used as Ho & Salimans' w: (1 + omega) eps_c - omega eps_u, your guidance at scale omega + 1
+    # (scale 1 then guides, where it should give the conditional prediction)
     return cfg_eps(model, x, t, y, guidance_scale + 1.0, null_label)
 
 
@@ -262,8 +262,8 @@ BUGS = [
         "from pure noise but tells the network it is at an earlier step, where alpha_bar is not yet its smallest.",
         "a trailing schedule starts at the last index, T - 1, and steps down by T / n: check where yours starts and "
         "from which end it is laid out.",
-        "Lin et al. 2023, Common Diffusion Noise Schedules and Sample Steps Are Flawed, Sec. 3.3 and Table 2; "
-        "diffusers issue #2585 (DDIM timesteps that start at 980, never at 999)",
+        "Lin et al. 2024, Common Diffusion Noise Schedules and Sample Steps Are Flawed (WACV 2024; "
+        "arXiv 2305.08891), Sec. 3.3 and Table 2; diffusers issue #2585 (DDIM timesteps that start at 980, never at 999)",
         trailing_as_leading),
     Bug("sigma_from_one_step_beta", "ddim_sigma",
         "sigma from the one-step beta_t, 1 - alpha_bar_t / alpha_bar_{t-1}, not the strided 1 - alpha_bar_t / alpha_bar_prev",
@@ -295,19 +295,21 @@ BUGS = [
         "Ho & Salimans 2022, Classifier-Free Diffusion Guidance, Algorithm 1 (c <- null with probability p_uncond)",
         labels_never_dropped),
     Bug("guidance_halves_swapped", "cfg_eps", "the conditional and unconditional halves swapped",
-        "eps_c + s (eps_u - eps_c) is guidance at scale 1 - s: scale 1 gives the unconditional prediction and larger "
-        "scales push the samples away from the class asked for.",
+        "eps_c + omega (eps_u - eps_c) is guidance at scale 1 - omega: scale 1 gives the unconditional prediction "
+        "and larger scales push the samples away from the class asked for.",
         "check which half of the batched output (or which call) is the conditional prediction: the labels y, or the "
         "null label.",
         "diffusers PR #667 (its CLIP-guided pipeline took the unconditional half of the batched embeddings where the "
         "text half was meant); diffusers pipelines: noise_pred_uncond, noise_pred_text = noise_pred.chunk(2)",
         guidance_halves_swapped),
     Bug("guidance_scale_as_w", "cfg_eps", "the guidance scale used as the paper's w (1 + w convention mixed up)",
-        "(1 + s) eps_c - s eps_u is guidance at scale s + 1: scale 1, which should be the plain conditional "
-        "prediction, already guides, and every scale is one too large.",
-        "this lab uses diffusers' scale s (eps_u + s (eps_c - eps_u)); Ho & Salimans' w is s - 1: check which one "
-        "your formula uses.",
+        "(1 + omega) eps_c - omega eps_u is guidance at scale omega + 1: scale 1, which should be the plain "
+        "conditional prediction, already guides, and every scale is one too large.",
+        "this lab uses diffusers' scale omega (eps_u + omega (eps_c - eps_u)); Ho & Salimans' w is omega - 1: check "
+        "which one your formula uses.",
         "Ho & Salimans 2022, eq. 6 ((1 + w) eps_c - w eps_u); diffusers issue #5882 and stable-dreamfusion issue #32 "
-        "(the two conventions mixed up)",
+        "(questions whether diffusers' form departs from the paper's: the replies explain the shift by one); "
+        "diffusers issue #12905 and PR #13183 (ZImagePipeline in diffusers 0.36.0: the paper's form of the formula "
+        "with the other convention's test guidance_scale > 1, so scales between 0 and 1 were silently ignored)",
         guidance_scale_as_w),
 ]

@@ -314,8 +314,9 @@ BUGS = [
         "when the running max changes from m to m', multiply the running sum and the accumulator by e^(m - m') "
         "before adding the new tile, as the update of section 10.1 does.",
         "Milakov & Gimelshein 2018, Online normalizer calculation for softmax, Algorithm 3; Dao et al. 2022, "
-        "FlashAttention, Algorithm 1 line 12; paiml/aprender issue #2753 (a compiled correction factor of exactly 1: "
-        "the decode kernel emitted garbage)",
+        "FlashAttention, Algorithm 1 line 12; Dao 2023, FlashAttention-2, Algorithm 1; meta-pytorch/MSLK PR #242 "
+        "(a conditional-rescaling optimisation of CK's fused attention left the accumulator and the running sum at the "
+        "old maximum while the new tile's weights were taken against the new one: degraded Flux2 images on MI350x)",
         accumulator_not_rescaled),
     Bug("fully_masked_row_nan", "tiled_attention", "-inf - (-inf): a query that sees no key gives NaN",
         "a query that has seen no visible key keeps the running max -inf, and e^(s - m) = e^(-inf - (-inf)) is NaN; "
@@ -324,15 +325,19 @@ BUGS = [
         "shift by 0 instead of m while m is -inf (or clamp it to a finite value), and divide by a running sum of 0 "
         "as by 1: a query with no visible key gets 0.",
         "flashinfer-ai/flashinfer PR #4401 (fully masked rows of a bottom-right causal prefill with qo_len > kv_len "
-        "computed (-inf) - (-inf) = NaN); tracel-ai/burn PR #4697; Dao-AILab/flash-attention issue #2082",
+        "computed (-inf) - (-inf) = NaN); tracel-ai/burn PR #4697 (attention_fallback returned NaN for fully masked "
+        "rows); Dao-AILab/flash-attention issue #2082 (the guard done wrong: a running max of -inf replaced by 0 stayed "
+        "0 when every later score was negative, zeroing heads; fixed by PR #2174)",
         fully_masked_row_nan),
     Bug("rope_pairs_interleaved", "apply_rope", "RoPE's pairs interleaved (2i, 2i + 1) with rotate-half tables",
         "the tables pair channel i with i + D/2; rotating adjacent channels with them turns the two channels of a "
         "pair by different angles, which is no rotation: norms change, and scores no longer depend on n - m only.",
         "this lab's layout pairs channel i with channel i + D/2 (rotate_half(x) = cat(-x2, x1) of the two halves): "
         "check which channels your rotation mixes.",
-        "huggingface/transformers issue #25199 (Meta's interleaved RoPE against the rotate-half code; the conversion "
-        "script permutes q and k weights for it); Dao-AILab/flash-attention issue #288; karpathy/nanochat issue #264",
+        "huggingface/transformers issue #47328 and PR #47403 (the Qwen2.5-Omni Token2Wav DiT rotated adjacent pairs "
+        "with half-split cos/sin tables, a regression from #39847); huggingface/transformers issue #25199 and "
+        "Dao-AILab/flash-attention issue #288 (questions about Meta's interleaved layout against the rotate-half code, "
+        "answered by the conversion script's permutation of the q and k weights)",
         rope_pairs_interleaved),
     Bug("kv_heads_tiled", "grouped_query_attention", "key/value heads tiled (repeat) instead of grouped (repeat_interleave)",
         "repeat lays the key/value heads out [0, 1, ..., 0, 1, ...], so query head h reads head h % H_kv instead of "
@@ -340,7 +345,7 @@ BUGS = [
         "query head h reads key/value head h // (H // H_kv), contiguous groups as SDPA's enable_gqa: expand each key "
         "/value head to its group with repeat_interleave, not repeat.",
         "onnx/onnx PR #7274 (GQA expanded key/value heads with Tile: [head0, head1, head0, head1]); ekzhang/jax-js "
-        "PR #180; Ainslie et al. 2023, GQA, Sec. 2.2",
+        "PR #180 (its GQA tiled the key/value heads where it should repeat them); Ainslie et al. 2023, GQA, Sec. 2.2",
         kv_heads_tiled),
     Bug("rope_offset_forgotten", "rotary_self_attention", "cached decoding rotates new tokens at positions 0..T-1",
         "with a KV cache the new tokens sit at positions T_past onwards; rotating them as if they began at 0 makes "
@@ -348,7 +353,8 @@ BUGS = [
         "whole sequence.",
         "the new tokens' positions start at the length of the cache, past_kv[0].shape[2]: rotate the queries and "
         "keys there.",
-        "Blaizzy/mlx-vlm issue #1983 (Qwen3-Omni decode assigned RoPE position 0 to every token); RobertCsordas/moeut "
-        "PR #6 (RoPE offset computed before the cached keys were concatenated)",
+        "Blaizzy/mlx-vlm issue #1983 (Qwen3-Omni decode assigned RoPE position 0 to every token; fixed by PR #1993); "
+        "RobertCsordas/moeut PR #6 (open: proposes that the RoPE offset was computed before the cached keys were "
+        "concatenated, with a test of incremental against full decoding)",
         rope_offset_forgotten),
 ]

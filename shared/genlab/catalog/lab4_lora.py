@@ -223,8 +223,10 @@ BUGS = [
         "the norm of an unrelated column.",
         "look at the axis of the norm: an nn.Linear stores its weight as [out, in], and DoRA keeps one magnitude "
         "per output unit (section 8, Which axis).",
-        "Liu et al. 2024 (arXiv 2402.09353: W in R^{d x k}, m in R^{1 x k}, ||.||_c per column, k the outputs) against "
-        "peft tuners/lora/dora.py, DoraLinearLayer.get_weight_norm (torch.linalg.norm(weight, dim=1)); "
+        "Liu et al. 2024 (arXiv 2402.09353: W in R^{d x k}, m in R^{1 x k}, ||.||_c per column) and its first "
+        "author's answer in nbasyl/DoRA issue #1 (the norm is always over the output features; the paper's W is "
+        "(in_features, out_features), the transpose of nn.Linear.weight) against peft tuners/lora/dora.py, "
+        "DoraLinearLayer.get_weight_norm (torch.linalg.norm(weight, dim=1)); "
         "peft PR #1588 (2024-04-05: for transformers' Conv1D, stored [in, out], the norm was taken per input until "
         "the weight was transposed first); NVlabs/DoRA issue #11 (the paper's 1 x k magnitude against the code's "
         "per-row norm); catid/dora issue #4 (norm(dim=0) of an [out, in] weight, in the magnitude and the "

@@ -190,7 +190,8 @@ BUGS = [
         "avoid the difference of two large, nearly equal quantities: raise the precision before any arithmetic, and "
         "compute the covariance from the features' deviations from their mean, as the docstring asks.",
         "Chan, Golub & LeVeque 1983 (the one-pass formula's cancellation); torcheval #192 (FID from float32 "
-        "running sums, fixed by keeping them in float64); JuliaStats/Statistics.jl #83 (float32 cov of offset data)",
+        "running sums; its reporter aligned the results by keeping them in float64, the fix PR #211 is open, and "
+        "torcheval's fid.py still accumulates in float32); JuliaStats/Statistics.jl #83 (float32 cov of offset data)",
         one_pass_float32),
     Bug("eigvalsh_nonsymmetric", "trace_sqrt_product", "eigvalsh on the non-symmetric product S1 @ S2",
         "eigvalsh assumes a symmetric matrix and reads only one triangle: on S1 @ S2 it returns the eigenvalues "
