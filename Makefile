@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.genlab-installed
 
-.PHONY: venv demo demo-all test test-equivalence lab release outputs samples clean audit sentinels bundle
+.PHONY: venv demo demo-all test test-equivalence lab release outputs samples clean audit sentinels bundle docs
 
 $(STAMP): requirements/ci.txt requirements/tests-only.txt pyproject.toml
 	bash .ci/system-deps.sh
@@ -25,6 +25,10 @@ outputs: venv  ## rerun the solution notebooks and store the outputs nbval compa
 
 bundle: venv  ## what students of a graded class receive: out/student (notebooks, a wheel, a README), checked for leaks
 	$(VENV)/bin/genlab release --student-bundle out/student
+
+# Offline, from README.md, docs/*.md and labs/<lab>/<lab>.ipynb only; exits 1 if a page holds a solution.
+docs: venv  ## the course as a static site (Sphinx, MyST, myst-nb: autograder/release/site.py) in out/site, checked for leaks
+	$(PY) -m autograder.release.site out/site
 
 samples: release  ## regenerate autograder/samples/ from each lab's solutions/<lab>/samples.py
 	$(PY) -m autograder.release.sample_submissions > /dev/null
