@@ -69,6 +69,11 @@ def parsed(path: Path) -> _Refs:
     return parser
 
 
+def test_make_docs_builds_this_repository():
+    """`make docs` runs the module with no root: it must find this checkout from where the module lives."""
+    assert docs.ROOT == ROOT
+
+
 def test_site_has_every_lab_and_guide_and_is_clean(site):
     site_dir, result = site
     assert result.clean, docs.summary(result)

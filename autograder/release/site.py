@@ -44,7 +44,7 @@ from sphinx.transforms.post_transforms import SphinxPostTransform
 
 from autograder.core.labs import discover
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # The home page's navigation: the guides, then the labs, each globbed (none is listed by name).
 TOCTREE = """
