@@ -22,7 +22,8 @@ import zmq
 from jupyter_client import KernelManager
 
 from autograder.wall import cgroups
-from autograder.wall.channel import AnswerTimeout, ChannelLost, ChannelTampered, RequestChannel, check_reply
+from autograder.wall.channel import (AnswerTimeout, ChannelLost, ChannelTampered, RequestChannel, SendTimeout,
+                                     check_reply)
 from autograder.wall.sandbox import kernel_account, kernel_environment
 from autograder.core.limits import Limits
 from genlab.testing import wire
@@ -334,19 +335,24 @@ class KernelSession:
         timeout = max(1.0, min(self.limits.test_timeout_s, left))
         limits = dict(read_s=self.limits.answer_read_timeout_s, max_json_bytes=self.limits.max_answer_json_bytes,
                       max_tensor_bytes=self.limits.max_answer_tensor_bytes, alive=self.km.is_alive)
+        # One deadline for the whole call, sending included: a kernel that stops reading a large request (or
+        # the interrupt) is past its time limit like one that never answers (status timeout, not failed).
+        deadline = time.monotonic() + timeout
         try:
-            self.channel.send(request_id, header, encoder.tensors)
             try:
-                reply, tensors = self.channel.receive(request_id, wait_s=timeout, **limits)
+                self.channel.send(request_id, header, encoder.tensors, deadline=deadline)
+                reply, tensors = self.channel.receive(request_id, wait_s=deadline - time.monotonic(), **limits)
+            except SendTimeout as exc:
+                # Part of a frame may be in the socket: the stream is out of step, no interrupt can follow it.
+                self._stop_for_timeout(f"timeout: stopped after {timeout:.0f} s (time limit per call): {exc}")
             except AnswerTimeout:
-                self.channel.interrupt(request_id)
+                grace = time.monotonic() + self.limits.interrupt_grace_s
                 try:
-                    self.channel.receive(request_id, wait_s=self.limits.interrupt_grace_s, **limits)
-                except AnswerTimeout:
-                    self.dead_reason = f"timeout: stopped after {timeout:.0f} s, and the call ignored the interrupt"
-                    self.dead_of_timeout = True
-                    self._kill()
-                    raise RemoteTimeout(self.dead_reason) from None
+                    self.channel.interrupt(request_id, deadline=grace)
+                    self.channel.receive(request_id, wait_s=grace - time.monotonic(), **limits)
+                except (AnswerTimeout, SendTimeout):
+                    self._stop_for_timeout(f"timeout: stopped after {timeout:.0f} s, and the call ignored the "
+                                           "interrupt")
                 raise RemoteTimeout(f"stopped after {timeout:.0f} s (time limit per call)") from None
             return check_reply(reply, tensors, str(header.get("kind"))), tensors
         except ChannelTampered as exc:
@@ -361,6 +367,12 @@ class KernelSession:
                     raise KernelLost(self.dead_reason) from None
                 time.sleep(0.05)
             raise AnswerLost(str(exc)) from None
+
+    def _stop_for_timeout(self, reason: str):
+        self.dead_reason = reason
+        self.dead_of_timeout = True
+        self._kill()
+        raise RemoteTimeout(reason) from None
 
     def note_tampering(self, evidence: str) -> ChannelTampered:
         if evidence not in self.channel_evidence:
