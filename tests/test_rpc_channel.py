@@ -334,3 +334,21 @@ def test_an_interrupt_stops_a_call_that_runs_too_long(monkeypatch):
         assert check_reply(*receive(rpc, request_id, wait_s=5.0), "call")["error"]["type"] == "KeyboardInterrupt"
     finally:
         rpc.close()
+
+
+def test_answers_past_the_notebooks_budget_reach_their_test_and_are_not_kept():
+    """Issue 39: every answer may be 256 MiB, and all of a notebook's calls were kept for diagnosis until its
+    end (a grader grew to 1.7 GiB). Calls are kept within max_kept_calls_mib; the rest still reach the test."""
+    from autograder.wall.remote import KeptCalls, KeptRecorder, RemoteFunction
+
+    class Answers:   # a kernel whose function answers 1 MiB of zeros
+        def request(self, header, encoder):
+            return {"ok": True, "result": {"__tensor__": "t0"}}, {"t0": torch.zeros(1 << 18)}
+
+    kept = KeptCalls(limit_bytes=3 << 20)
+    recorder = KeptRecorder(kept=kept)
+    f = RemoteFunction(Answers(), "f", recorder)
+    results = [f(torch.ones(2)) for _ in range(5)]
+    assert all(r.shape == (1 << 18,) for r in results), "every answer reaches its test"
+    assert len(recorder.calls) == 2 and kept.kept_bytes <= 3 << 20
+    assert kept.dropped == {"f": [3, 3 * ((1 << 20) + 8)]}

@@ -33,6 +33,7 @@ class Limits:
     max_answer_json_mib: float = _DEFAULTS["max_answer_json_mib"]
     max_answer_tensor_mib: float = _DEFAULTS["max_answer_tensor_mib"]
     answer_read_timeout_s: float = _DEFAULTS["answer_read_timeout_s"]
+    max_kept_calls_mib: float = _DEFAULTS["max_kept_calls_mib"]
     full_run: bool = _DEFAULTS["full_run"]
 
     @classmethod
@@ -65,3 +66,7 @@ class Limits:
     @property
     def max_answer_tensor_bytes(self) -> int:
         return int(self.max_answer_tensor_mib * 2**20)
+
+    @property
+    def max_kept_calls_bytes(self) -> int:
+        return int(self.max_kept_calls_mib * 2**20)

@@ -37,12 +37,11 @@ from autograder.wall.channel import ChannelTampered
 from autograder.wall.kernel import KernelLost, KernelSession, RemoteTimeout
 from autograder.core.labs import LabFolder
 from autograder.core.limits import Limits
-from autograder.wall.remote import RemoteFunction
+from autograder.wall.remote import KeptCalls, KeptRecorder, RemoteFunction
 from autograder.core.results import Result, Status
 from autograder.core.sanitize import student_text
 from autograder.wall.scan import scan_notebook
 from genlab.catalog import Bug, bugs_for
-from genlab.testing.calls import Recorder
 from genlab.testing.diagnosis import diagnose
 from genlab.testing.notebook import LabNotebook, grade_id, is_setup, is_solution, is_test
 from genlab.testing.reference import Reference
@@ -220,6 +219,10 @@ class Grading:
     stopped_by: str | None = None                      # the test, or lab cell, that stopped the kernel
     revivals: int = 0
     behaviour: dict = field(default_factory=dict)      # failing function -> its outputs vs the reference's
+    kept: KeptCalls | None = None                      # the calls kept for diagnosis, within a budget
+
+    def __post_init__(self):
+        self.kept = KeptCalls(self.limits.max_kept_calls_bytes)
 
     @property
     def notes(self) -> list[str]:
@@ -353,7 +356,7 @@ def run_one_test(g: Grading, test: str, cell) -> None:
     # Checked before each test too, so a patch undone before the notebook ends is still seen.
     _add_evidence(g, _integrity(session))
     seen = len(session.channel_evidence)
-    recorder = Recorder()
+    recorder = KeptRecorder(kept=g.kept)
     namespace = dict(g.test_globals)
     namespace.update({f: RemoteFunction(session, f, recorder, g.reference_kernel, g.lab.differentiated)
                       for f in g.lab.functions})
@@ -400,9 +403,13 @@ def stop_kernel(g: Grading) -> None:
 def diagnose_failures(g: Grading) -> None:
     """Every call made to a function, from all of its tests, must agree with a bug before it is named
     (one test's calls alone can fit two bugs by coincidence), so this runs after all tests."""
+    for function, (calls, size) in g.kept.dropped.items():
+        g.notes.append(f"{calls} call{'s' * (calls != 1)} to {function} ({size / 2**20:.0f} MiB of inputs and "
+                       f"answers) {'was' if calls == 1 else 'were'} not kept for diagnosis: the grader keeps at most "
+                       f"{g.limits.max_kept_calls_mib:g} MiB of a notebook's calls, so no bug is named for {function}")
     for test, outcome in g.outcomes.items():
-        if outcome.status != Status.PASSED:
-            function = g.lab.tests[test]["function"]
+        function = g.lab.tests[test]["function"]
+        if outcome.status != Status.PASSED and function not in g.kept.dropped:   # a bug is named from all calls
             outcome.diagnosis = diagnose(g.lab.bugs, [c for c in g.calls if c.name == function], g.lab.reference)
     # For the class report's misconception clusters: how each failing function's outputs relate to the
     # reference's (labels and counts, no tensor; autograder.grading.behaviour).
