@@ -28,6 +28,8 @@ class Limits:
     memory_gib: float = _DEFAULTS["memory_gib"]
     max_processes: int = _DEFAULTS["max_processes"]
     max_file_mib: float = _DEFAULTS["max_file_mib"]
+    max_scratch_mib: float = _DEFAULTS["max_scratch_mib"]
+    max_scratch_files: int = _DEFAULTS["max_scratch_files"]
     output_bytes_per_cell: int = _DEFAULTS["output_bytes_per_cell"]
     max_notebook_mib: float = _DEFAULTS["max_notebook_mib"]
     max_answer_json_mib: float = _DEFAULTS["max_answer_json_mib"]
@@ -54,6 +56,10 @@ class Limits:
     @property
     def max_file_bytes(self) -> int:
         return int(self.max_file_mib * 2**20)
+
+    @property
+    def max_scratch_bytes(self) -> int:
+        return int(self.max_scratch_mib * 2**20)
 
     @property
     def max_notebook_bytes(self) -> int:

@@ -51,6 +51,7 @@ from genlab.testing.wire import Encoder
 GRADE_NEEDS = "grade-needs"   # cell tag: a lab cell the tests depend on (trained state, data)
 MAX_MESSAGE_CHARS = 12000   # one test's message, a note, an evidence line (the kernel's parts are capped lower)
 MEMORY_ERRORS = ("can't allocate memory", "MemoryError", "CUDA out of memory", "OutOfMemoryError")
+SCRATCH_FULL = "No space left on device"   # ENOSPC: the scratch tmpfs is full, in bytes or in files
 
 
 # -- what is loaded once per lab and worker ---------------------------------------------------------------
@@ -334,6 +335,8 @@ def run_student_cell(g: Grading, index: int, cell) -> None:
         if any(m in run.error for m in MEMORY_ERRORS):
             g.notes.append(f"{where} ran out of memory: the limit is {g.limits.memory_gib:g} GiB per kernel; "
                            "later tests may fail because of it")
+        if SCRATCH_FULL in run.error:
+            g.notes.append(_scratch_note(g, where))
     if run.status in ("timeout", "dead") and session.dead_reason:
         # The kernel is gone (killed, crashed, or stopped for ignoring the interrupt): say where.
         message = session.dead_reason = f"{session.dead_reason} in {where}"
@@ -381,6 +384,8 @@ def run_one_test(g: Grading, test: str, cell) -> None:
         _add_evidence(g, forged)
     if outcome.status in (Status.TIMEOUT, Status.KILLED) and not session.alive():
         g.stopped_by = f"test {test}"
+    if outcome.status == Status.ERROR and SCRATCH_FULL in outcome.message:
+        g.notes.append(_scratch_note(g, f"test {test}"))
     if outcome.status == Status.ERROR:
         g.missing_names |= set(re.findall(r"NameError(?::|, saying:\n  \|) name '(\w+)' is not defined",
                                           outcome.message))
@@ -539,6 +544,12 @@ def _channel_evidence(what: str) -> str:
     if what.startswith("replaced while a measurement ran"):   # a sentence of its own (KernelSession.check_measured)
         return what
     return f"the kernel's answer to the grader broke the channel's rules: {what}"
+
+
+def _scratch_note(g: Grading, where: str) -> str:
+    return (f"{where} ran out of scratch space: the kernel's folder (HOME, TMPDIR, the working directory) holds "
+            f"at most {g.limits.max_scratch_mib:g} MiB and {g.limits.max_scratch_files} files; later cells that "
+            "write files may fail because of it")
 
 
 def _grader_note(text: str):

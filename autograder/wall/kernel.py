@@ -24,7 +24,7 @@ from jupyter_client import KernelManager
 from autograder.wall import cgroups
 from autograder.wall.channel import (AnswerTimeout, ChannelLost, ChannelTampered, RequestChannel, SendTimeout,
                                      check_reply)
-from autograder.wall.sandbox import kernel_account, kernel_environment
+from autograder.wall.sandbox import channel_folder, kernel_account, kernel_environment
 from autograder.core.limits import Limits
 from genlab.testing import wire
 
@@ -86,11 +86,14 @@ class KernelSession:
         # collector finalises while a channel thread still holds a socket blocks in term() for ever.
         self.km = KernelManager(kernel_name="python3", context=zmq.Context.instance())
         if self.launcher:
-            # In the sandbox there is no network, not even loopback: talk over Unix sockets in the scratch
-            # folder, and interrupt with a message, since signals cannot cross into its PID namespace.
+            # In the sandbox there is no network, not even loopback: talk over Unix sockets in the channel's
+            # folder (on the host's disk, bound into the kernel's scratch tmpfs, where the grader could not reach
+            # them), and interrupt with a message, since signals cannot cross into its PID namespace.
+            channel = channel_folder(self.workdir)
+            channel.mkdir(mode=0o700, exist_ok=True)
             self.km.transport = "ipc"
-            self.km.ip = str(self.workdir / "kernel")
-            self.km.connection_file = str(self.workdir / "kernel.json")
+            self.km.ip = str(channel / "kernel")
+            self.km.connection_file = str(channel / "kernel.json")
             self.km.kernel_spec.interrupt_mode = "message"
         # An allowlist (one thread per kernel included), never a copy of os.environ: the grader's secrets
         # (GENLAB_DB, cloud keys, CI tokens) stay here.
@@ -113,6 +116,11 @@ class KernelSession:
         self.kc = self.km.client(context=zmq.Context.instance())
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)
+        if self.launcher and kernel_account() is not None:
+            # Its sockets are made: the kernel user (the channel folder's group, sandbox.launcher) may no longer
+            # make files there, so that the host's disk holds nothing of the kernel's beyond them. (A grader that
+            # is not root runs its kernels as itself: they own the folder and could undo this.)
+            channel_folder(self.workdir).chmod(0o750)
         self.started_at = time.monotonic()
 
     def alive(self) -> bool:
