@@ -87,9 +87,10 @@ class RequestChannel:
     def _send(self, frame: bytes, deadline: float | None) -> None:
         if self.broken:
             raise ChannelTampered(self.broken)
-        # Never a blocking sendall: a request larger than the socket's buffer (a memory test's 8 MiB inputs)
-        # waits for the kernel's reader, and a kernel that stops reading once held a test for 150 s against a
-        # 60 s limit. So each piece goes out only once select says the kernel has made room, within the deadline.
+        # Never a blocking sendall: a request larger than the socket's buffer (Lab 1's memory test sends 24 MiB)
+        # waits for the kernel's reader, and a reader stopped for 150 s held that test for 151 s against a 60 s
+        # limit, and it passed (sample lab1_attack_stop_reading, issue 39). So each piece goes out only once
+        # select says the kernel has made room, within the deadline.
         view, sent = memoryview(frame), 0
         while sent < len(view):
             left = None if deadline is None else deadline - time.monotonic()
