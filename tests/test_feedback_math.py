@@ -91,8 +91,8 @@ def _render_and_seal(nb) -> tuple[float, str]:
 
 
 def test_unclosed_math_delimiters_cost_about_what_a_normal_page_costs():
-    """100 kB of unclosed \\( in a Markdown output (rendered: 19.2 s, sealed: 7.3 s before the budget, against
-    0.65 s and 0.07 s for the page without it, on a 2-core EPYC), in a markdown cell the student wrote, and as
+    """100 kB of unclosed \\( in a Markdown output (rendered: 19.98 s, sealed: 7.47 s before the budget, against
+    0.63 s and 0.07 s for the page without it, on a 2-core EPYC), in a markdown cell the student wrote, and as
     text in an HTML output: the page costs about what the same page costs without them. The bound is relative
     to the normal page, timed here, and generous: before the budget the ratio was about 40."""
     from pathlib import Path

@@ -110,7 +110,7 @@ def _formulas(text: str) -> list[tuple[int, int, str, bool]]:
     """(start, end, LaTeX, display) of every formula :data:`_MATH` finds in ``text``, found in linear time.
 
     ``_MATH.sub`` itself searches from every opening delimiter to the end of the text for its closing one, so
-    a text of unclosed ``\\(`` costs the square of its length: 7.3 s to seal Lab 1's page with a 100 kB output of
+    a text of unclosed ``\\(`` costs the square of its length: 7.47 s to seal Lab 1's page with a 100 kB output of
     them, against 0.07 s without it (issue 39, measured on this 2-core EPYC). Here a closing delimiter not found
     from one place is known to be absent from every later place, so each part of the text is searched a bounded
     number of times."""
@@ -207,7 +207,7 @@ def _text(value) -> str:
 # -- what a page renders as Markdown (issue 39) -----------------------------------------------------------------
 # nbconvert renders Markdown with mistune, whose math rules search from every opening delimiter to the end of
 # the text for its closing one: one output of 100 kB of unclosed \( (the Markdown source \\( repeated) took
-# 19.2 s to render, against 0.65 s for the whole page of Lab 1's release without it (measured on this 2-core
+# 19.98 s to render, against 0.63 s for the whole page of Lab 1's release without it (measured on this 2-core
 # EPYC, issue 39; tests/test_feedback_math.py times the two pages against each other). So the Markdown a
 # student's notebook makes (outputs, and markdown cells the student wrote) is rendered as Markdown only within
 # a budget; beyond it, it is shown as plain text, cut, with a note saying why. Rendering then costs at most
