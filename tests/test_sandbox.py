@@ -110,6 +110,29 @@ def test_scratch_is_a_tmpfs_limited_in_size_and_files_and_the_host_disk_gets_not
     assert [p.name for p in work.iterdir()] == [".kernel"], "nothing of the kernel's on the host's disk"
 
 
+@needs_bwrap
+def test_scratch_is_memory_charged_to_the_kernels_cgroup(tmp_path):
+    """The tmpfs's pages are the kernel's memory: its memory limit covers what it keeps in scratch."""
+    from autograder.wall import cgroups
+
+    if not cgroups.usable():
+        pytest.skip("no per-kernel cgroups here")
+    work = tmp_path / "work"
+    work.mkdir()
+    sandbox.prepare_workdir(work)
+    session = KernelSession(work, Limits(cell_timeout_s=30), launcher=sandbox.launcher(sandbox.SandboxConfig(), work),
+                            cgroup_limits=(4 * 2**30, 64))
+    session.start()
+    try:
+        folder = session.cgroup.dirs["memory"]
+        usage = next(folder / n for n in ("memory.usage_in_bytes", "memory.current") if (folder / n).exists())  # v1, v2
+        before = int(usage.read_text())
+        assert session.run_cell("open('blob', 'wb').write(bytes(200 << 20))").status == "ok"
+        assert int(usage.read_text()) - before > 190 << 20   # measured: 200.7 MiB
+    finally:
+        session.shutdown()
+
+
 def test_refuses_without_sandbox_unless_unsafe(monkeypatch):
     sandbox.probe.cache_clear()
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
