@@ -59,3 +59,69 @@ def test_chromium_draws_the_mathml(tmp_path):
 @pytest.fixture(autouse=True)
 def _converter():
     pytest.importorskip("latex2mathml", reason="pip install latex2mathml (requirements/ci.txt)")
+
+
+# -- the budget of a page (issue 39) -------------------------------------------------------------------------
+def test_formulas_are_found_as_the_pattern_finds_them_in_linear_time():
+    """sanitize._formulas is _MATH.finditer without its search from every opening delimiter to the end."""
+    import random
+
+    from autograder.core.sanitize import _MATH, _formulas
+
+    rng = random.Random(0)
+    pieces = ["$", "$$", "\\", "(", ")", "[", "]", "a", " ", "\n"]
+    for _ in range(20_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 14)))
+        expected = [(m.start(), m.end(), m["d1"] or m["d2"] or m["i1"] or m["i2"], bool(m["d1"] or m["d2"]))
+                    for m in _MATH.finditer(text)]
+        assert _formulas(text) == expected, text
+
+
+def _render_and_seal(nb) -> tuple[float, str]:
+    """CPU seconds to render ``nb`` as grading does (inert, nbgrader's exporter, sealed), and the sealed page."""
+    import time
+
+    from autograder.core.sanitize import inert_notebook
+    from autograder.course.feedback import STYLESHEET
+    from autograder.course.html_export import FeedbackHTMLExporter
+
+    start = time.process_time()
+    page = seal_page(FeedbackHTMLExporter().from_notebook_node(inert_notebook(nb))[0], STYLESHEET)
+    return time.process_time() - start, page
+
+
+def test_unclosed_math_delimiters_cost_about_what_a_normal_page_costs():
+    """100 kB of unclosed \\( in a Markdown output (rendered: 19.98 s, sealed: 7.47 s before the budget, against
+    0.63 s and 0.07 s for the page without it, on a 2-core EPYC), in a markdown cell the student wrote, and as
+    text in an HTML output: the page costs about what the same page costs without them. The bound is relative
+    to the normal page, timed here, and generous: before the budget the ratio was about 40."""
+    from pathlib import Path
+
+    release = Path(__file__).resolve().parents[1] / "labs" / "lab1_vae" / "lab1_vae.ipynb"
+    normal = nbformat.read(str(release), as_version=4)
+    normal_s, _ = _render_and_seal(normal)
+    attacked = nbformat.read(str(release), as_version=4)
+    code = next(c for c in attacked.cells if c.cell_type == "code")
+    code.outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": "\\\\(" * 33_334}),
+                    nbformat.v4.new_output("display_data", data={"text/html": "<p>" + "\\(" * 50_000 + "</p>"})]
+    attacked.cells.append(nbformat.v4.new_markdown_cell("\\\\[" * 33_334))   # added by the student
+    attacked_s, page = _render_and_seal(attacked)
+    assert attacked_s < 3 * normal_s + 0.5, (attacked_s, normal_s)
+    assert page.count("this Markdown is shown as plain text, cut to its first 20,000 characters") == 2
+    assert "math delimiters, over 400" in page
+
+
+def test_markdown_within_the_budget_is_still_rendered_and_the_labs_own_cells_always_are():
+    from autograder.core.sanitize import RenderBudget, inert_notebook
+
+    cell = nbformat.v4.new_markdown_cell("$" * 1000, metadata={"nbgrader": {"locked": True, "grade_id": "intro"}})
+    answer = nbformat.v4.new_markdown_cell(r"My answer: $\beta = 2$.", metadata={"nbgrader": {"solution": True}})
+    outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": f"row {i}: $x_{i}$"}) for i in range(3)]
+    nb = inert_notebook(nbformat.v4.new_notebook(cells=[cell, answer, nbformat.v4.new_code_cell(outputs=outputs)]))
+    assert nb.cells[0].source == "$" * 1000 and nb.cells[1].source == answer.source
+    assert [o.data["text/markdown"] for o in nb.cells[2].outputs] == [o.data["text/markdown"] for o in outputs]
+    once = inert_notebook(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("\\\\[" * 10_000)]))
+    assert once.cells[0].source.startswith("<pre>"), "over 400 delimiters: shown as text"
+    assert inert_notebook(once).cells[0].source == once.cells[0].source, "genlab feedback renders pages again"
+    budget = RenderBudget(page_chars=30)   # the page's budget spent: later Markdown is shown as text
+    assert budget.refuse("a" * 20) == "" and "of the" in budget.refuse("b" * 20)

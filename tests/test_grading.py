@@ -128,6 +128,15 @@ def test_a_forged_answer_cannot_swell_the_feedback(graded, lab, sample):
     assert page.stat().st_size < EXPECT[lab][sample]["max_feedback_bytes"]
 
 
+@pytest.mark.parametrize("lab,sample", cases(lambda e: "feedback_shows" in e))
+def test_the_feedback_page_shows(graded, lab, sample):
+    """What the student's page must hold (issue 39: Markdown over the page's budget shown as text, with the note
+    saying why; honest formulas still drawn as MathML)."""
+    page = (graded[0] / "feedback" / sample / lab / f"{lab}.html").read_text()
+    for words in EXPECT[lab][sample]["feedback_shows"]:
+        assert words in page, words
+
+
 @pytest.mark.parametrize("lab,sample", cases(lambda e: e.get("clean_messages")))
 def test_student_text_is_shown_clean_and_quoted(graded, lab, sample):
     """No control characters, and no line of the student's text that passes for one of the grader's verdicts."""

@@ -11,11 +11,13 @@ import secrets
 import socket
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
 
-from autograder.wall.channel import AnswerTimeout, ChannelLost, ChannelTampered, RequestChannel, check_reply, check_tree
+from autograder.wall.channel import (AnswerTimeout, ChannelLost, ChannelTampered, RequestChannel, SendTimeout, check_reply,
+                                     check_tree)
 from autograder.core.sanitize import quoted, student_text
 from genlab.testing import server, wire
 from genlab.testing.runner import run_test
@@ -115,6 +117,61 @@ def test_no_answer_is_a_timeout_and_a_dead_kernel_is_lost(channel):
     assert 0.25 < time.monotonic() - start < 1.5
     with pytest.raises(ChannelLost, match="died"):
         receive(rpc, wait_s=5.0, alive=lambda: False)
+
+
+def test_a_kernel_that_stops_reading_holds_a_send_no_longer_than_its_deadline(channel):
+    """A request larger than the socket's buffer waits for the kernel's reader; one that never reads (issue 39:
+    a test held 150 s against a 60 s limit) costs the deadline, no more."""
+    rpc, _ = channel   # the kernel's end reads nothing
+    start = time.monotonic()
+    with pytest.raises(SendTimeout, match="no more within the time limit"):
+        rpc.send(RID, {"kind": "call"}, {"t0": torch.ones(2 << 20)}, deadline=start + 0.5)   # 8 MiB
+    assert 0.45 < time.monotonic() - start < 1.5
+
+
+class _Stalled:
+    """A kernel manager whose kernel is alive and reads nothing from its end of the channel."""
+    killed = False
+
+    def is_alive(self):
+        return not self.killed
+
+    def shutdown_kernel(self, now=False):
+        self.killed = True
+
+
+def _stalled_session(limits):
+    from autograder.wall.kernel import KernelSession
+
+    session = KernelSession(Path("/nonexistent"), limits)
+    session.channel, session.km, session.started_at = RequestChannel(), _Stalled(), time.monotonic()
+    kernel_end = socket.socket(fileno=os.dup(session.channel.kernel_fd))
+    session.channel.launched()
+    return session, kernel_end
+
+
+@pytest.mark.parametrize("size,words", [(2 << 20, r"\(time limit per call\): the kernel read \d+ of the"),
+                                        (2, "the call ignored the interrupt")])
+def test_a_stalled_kernel_makes_the_call_a_timeout_and_is_stopped(size, words):
+    """The grader's whole request under one deadline: a request too large for the socket's buffer (8 MiB) that
+    the kernel never reads, or a small one never answered, then an interrupt never answered: status timeout
+    (RemoteTimeout), within the limit per call and the grace, and the kernel is stopped."""
+    from autograder.core.limits import Limits
+    from autograder.wall.kernel import RemoteTimeout
+
+    session, kernel_end = _stalled_session(Limits(test_timeout_s=1, interrupt_grace_s=0.5))
+    try:
+        encoder = wire.Encoder()
+        header = {"kind": "call", "target": "f", "args": encoder.encode((torch.ones(size),)),
+                  "kwargs": encoder.encode({})}
+        start = time.monotonic()
+        with pytest.raises(RemoteTimeout, match=words):
+            session.request(header, encoder)
+        assert time.monotonic() - start < 3.0
+        assert session.dead_of_timeout and session.km.killed
+    finally:
+        kernel_end.close()
+        session.channel.close()
 
 
 # -- the structure of answers --------------------------------------------------------------------------------
@@ -277,3 +334,21 @@ def test_an_interrupt_stops_a_call_that_runs_too_long(monkeypatch):
         assert check_reply(*receive(rpc, request_id, wait_s=5.0), "call")["error"]["type"] == "KeyboardInterrupt"
     finally:
         rpc.close()
+
+
+def test_answers_past_the_notebooks_budget_reach_their_test_and_are_not_kept():
+    """Issue 39: every answer may be 256 MiB, and all of a notebook's calls were kept for diagnosis until its
+    end (a grader grew to 1.7 GiB). Calls are kept within max_kept_calls_mib; the rest still reach the test."""
+    from autograder.wall.remote import KeptCalls, KeptRecorder, RemoteFunction
+
+    class Answers:   # a kernel whose function answers 1 MiB of zeros
+        def request(self, header, encoder):
+            return {"ok": True, "result": {"__tensor__": "t0"}}, {"t0": torch.zeros(1 << 18)}
+
+    kept = KeptCalls(limit_bytes=3 << 20)
+    recorder = KeptRecorder(kept=kept)
+    f = RemoteFunction(Answers(), "f", recorder)
+    results = [f(torch.ones(2)) for _ in range(5)]
+    assert all(r.shape == (1 << 18,) for r in results), "every answer reaches its test"
+    assert len(recorder.calls) == 2 and kept.kept_bytes <= 3 << 20
+    assert kept.dropped == {"f": [3, 3 * ((1 << 20) + 8)]}

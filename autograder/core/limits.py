@@ -28,11 +28,14 @@ class Limits:
     memory_gib: float = _DEFAULTS["memory_gib"]
     max_processes: int = _DEFAULTS["max_processes"]
     max_file_mib: float = _DEFAULTS["max_file_mib"]
+    max_scratch_mib: float = _DEFAULTS["max_scratch_mib"]
+    max_scratch_files: int = _DEFAULTS["max_scratch_files"]
     output_bytes_per_cell: int = _DEFAULTS["output_bytes_per_cell"]
     max_notebook_mib: float = _DEFAULTS["max_notebook_mib"]
     max_answer_json_mib: float = _DEFAULTS["max_answer_json_mib"]
     max_answer_tensor_mib: float = _DEFAULTS["max_answer_tensor_mib"]
     answer_read_timeout_s: float = _DEFAULTS["answer_read_timeout_s"]
+    max_kept_calls_mib: float = _DEFAULTS["max_kept_calls_mib"]
     full_run: bool = _DEFAULTS["full_run"]
 
     @classmethod
@@ -55,6 +58,10 @@ class Limits:
         return int(self.max_file_mib * 2**20)
 
     @property
+    def max_scratch_bytes(self) -> int:
+        return int(self.max_scratch_mib * 2**20)
+
+    @property
     def max_notebook_bytes(self) -> int:
         return int(self.max_notebook_mib * 2**20)
 
@@ -65,3 +72,7 @@ class Limits:
     @property
     def max_answer_tensor_bytes(self) -> int:
         return int(self.max_answer_tensor_mib * 2**20)
+
+    @property
+    def max_kept_calls_bytes(self) -> int:
+        return int(self.max_kept_calls_mib * 2**20)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import copy
 import hashlib
+import html
 import re
 from pathlib import Path
 
@@ -89,26 +90,77 @@ PAGE_ATTRIBUTES = {**MATH_ATTRIBUTES, **HTML_ATTRIBUTES}
 # Jupyter's renderer reads them. Only text between tags is searched, never <pre> or <code> (code is not math).
 _NOT_TEXT = re.compile(r"(<pre\b.*?</pre>|<code\b.*?</code>|<math\b.*?</math>|<script\b.*?</script>|"
                        r"<style\b.*?</style>|<[^>]*>)", re.DOTALL | re.IGNORECASE)
+# _MATH defines what a formula is; _formulas finds the same spans in linear time (tests/test_feedback_math.py
+# compares the two on random texts).
+_MATH_START = re.compile(r"[$\\]")   # where a formula may start: every delimiter begins with $ or \
 _MATH = re.compile(r"\$\$(?P<d1>.+?)\$\$|\\\[(?P<d2>.+?)\\\]|\\\((?P<i2>.+?)\\\)|"
                    r"(?<![\\$])\$(?P<i1>[^$]+?)(?<![\\ ])\$(?!\$)", re.DOTALL)
 
 
-def _mathml(match: re.Match) -> str:
-    import html
-
+def _mathml(latex: str, display: bool, source: str) -> str:
     from latex2mathml.converter import convert
 
-    latex = match["d1"] or match["d2"] or match["i1"] or match["i2"]
     try:
-        return convert(html.unescape(latex).strip(), display="block" if match["d1"] or match["d2"] else "inline")
+        return convert(html.unescape(latex).strip(), display="block" if display else "inline")
     except Exception:  # noqa: BLE001 - a formula the converter cannot read stays as readable LaTeX
-        return match.group(0)
+        return source
+
+
+def _formulas(text: str) -> list[tuple[int, int, str, bool]]:
+    """(start, end, LaTeX, display) of every formula :data:`_MATH` finds in ``text``, found in linear time.
+
+    ``_MATH.sub`` itself searches from every opening delimiter to the end of the text for its closing one, so
+    a text of unclosed ``\\(`` costs the square of its length: 7.47 s to seal Lab 1's page with a 100 kB output of
+    them, against 0.07 s without it (issue 39, measured on this 2-core EPYC). Here a closing delimiter not found
+    from one place is known to be absent from every later place, so each part of the text is searched a bounded
+    number of times."""
+    found, at, n = [], 0, len(text)
+    absent: dict[str, int] = {}   # closing delimiter -> the place after which it does not occur
+
+    def close(delimiter: str, start: int) -> int:
+        if start >= absent.get(delimiter, n + 1):
+            return -1
+        where = text.find(delimiter, start)
+        if where < 0:
+            absent[delimiter] = start
+        return where
+
+    while True:
+        candidate = _MATH_START.search(text, at)
+        if candidate is None:
+            return found
+        at = candidate.start()
+        span = None
+        for opening, closing, display in (("$$", "$$", True), ("\\[", "\\]", True), ("\\(", "\\)", False)):
+            if text.startswith(opening, at):
+                end = close(closing, at + 3)   # at least one character between the delimiters
+                if end >= 0:
+                    span = (at, end + 2, text[at + 2:end], display)
+                break
+        if span is None and text[at] == "$" and (at == 0 or text[at - 1] not in "\\$"):
+            # $...$: no dollar inside, and the closing one neither escaped, after a space, nor doubled
+            end = text.find("$", at + 1)
+            if end > at + 1 and text[end - 1] not in "\\ " and not text.startswith("$", end + 1):
+                span = (at, end + 1, text[at + 1:end], False)
+        if span is None:
+            at += 1
+            continue
+        found.append(span)
+        at = span[1]
+
+
+def _render_formulas(text: str) -> str:
+    parts, last = [], 0
+    for start, end, latex, display in _formulas(text):
+        parts += [text[last:start], _mathml(latex, display, text[start:end])]
+        last = end
+    return "".join(parts) + text[last:]
 
 
 def render_math(html_text: str) -> str:
     """LaTeX formulas of rendered markdown as MathML, which browsers draw without any script (MathML Core)."""
     parts = _NOT_TEXT.split(html_text)
-    return "".join(part if i % 2 else _MATH.sub(_mathml, part) for i, part in enumerate(parts))
+    return "".join(part if i % 2 else _render_formulas(part) for i, part in enumerate(parts))
 
 
 def _only_data_images(tag: str, attribute: str, value: str) -> str | None:
@@ -152,7 +204,49 @@ def _text(value) -> str:
     return "".join(value) if isinstance(value, list) else str(value)
 
 
-def inert_outputs(outputs: list) -> list:
+# -- what a page renders as Markdown (issue 39) -----------------------------------------------------------------
+# nbconvert renders Markdown with mistune, whose math rules search from every opening delimiter to the end of
+# the text for its closing one: one output of 100 kB of unclosed \( (the Markdown source \\( repeated) took
+# 19.98 s to render, against 0.63 s for the whole page of Lab 1's release without it (measured on this 2-core
+# EPYC, issue 39; tests/test_feedback_math.py times the two pages against each other). So the Markdown a
+# student's notebook makes (outputs, and markdown cells the student wrote) is rendered as Markdown only within
+# a budget; beyond it, it is shown as plain text, cut, with a note saying why. Rendering then costs at most
+# about MARKDOWN_CHARS x MATH_DELIMITERS per text, and PAGE_MARKDOWN_CHARS of such text per page.
+MARKDOWN_CHARS = 20_000          # one Markdown text (an output, or a markdown cell the student wrote)
+MATH_DELIMITERS = 400            # $, \(, \[ and \begin in one Markdown text
+PAGE_MARKDOWN_CHARS = 200_000    # Markdown rendered from the student's outputs and cells, on one page
+
+
+def _delimiters(text: str) -> int:
+    return sum(text.count(d) for d in ("$", "\\(", "\\[", "\\begin"))
+
+
+class RenderBudget:
+    """What one feedback page still renders as Markdown (:data:`PAGE_MARKDOWN_CHARS`)."""
+
+    def __init__(self, page_chars: int = PAGE_MARKDOWN_CHARS):
+        self.left = page_chars
+
+    def refuse(self, text: str) -> str:
+        """'' when ``text`` may be rendered as Markdown (its length is then spent), else the note that goes
+        with it shown as plain text."""
+        reasons = []
+        if len(text) > MARKDOWN_CHARS:
+            reasons.append(f"it has {len(text):,} characters, over {MARKDOWN_CHARS:,}")
+        if _delimiters(text) > MATH_DELIMITERS:
+            reasons.append(f"it has {_delimiters(text):,} math delimiters, over {MATH_DELIMITERS:,}")
+        if not reasons and len(text) > self.left:
+            reasons.append(f"the page has already rendered {PAGE_MARKDOWN_CHARS - self.left:,} of the "
+                           f"{PAGE_MARKDOWN_CHARS:,} characters of Markdown it renders from your notebook")
+        if not reasons:
+            self.left -= len(text)
+            return ""
+        cut = f", cut to its first {MARKDOWN_CHARS:,} characters" if len(text) > MARKDOWN_CHARS else ""
+        return f"[genlab: this Markdown is shown as plain text{cut}: {'; '.join(reasons)}]"
+
+
+def inert_outputs(outputs: list, budget: RenderBudget | None = None) -> list:
+    budget = budget or RenderBudget()
     for output in outputs:
         data = output.get("data")
         if not isinstance(data, dict):
@@ -164,17 +258,42 @@ def inert_outputs(outputs: list) -> list:
             data.setdefault("text/html", svg_as_image(svg))
         if "text/html" in data:
             data["text/html"] = clean_html(_text(data["text/html"]))
+        if "text/markdown" in data:
+            markdown = _text(data["text/markdown"])
+            note = budget.refuse(markdown)
+            if note:   # plain text is drawn escaped, in linear time
+                del data["text/markdown"]
+                data["text/plain"] = markdown[:MARKDOWN_CHARS] + "\n" + note
         if not data:
             data["text/plain"] = "[genlab: an output that only a browser script could show was removed]"
     return outputs
 
 
+def _from_release(cell) -> bool:
+    """A locked cell that is not an answer: the grader took it from the release (assemble), not the student."""
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return bool(meta.get("locked")) and not meta.get("solution")
+
+
+# A markdown cell shown as plain text: an HTML block that mistune passes through unparsed, and the note.
+_SHOWN_AS_TEXT = re.compile(r"<pre>[^<]*</pre>\n\n\[genlab: this Markdown is shown as plain text[^\n<]{0,500}\]\n")
+
+
 def inert_notebook(nb):
-    """A copy of ``nb`` whose outputs are inert (markdown cells are cleaned on the rendered page)."""
+    """A copy of ``nb`` whose outputs are inert (markdown cells are cleaned on the rendered page), and whose
+    Markdown from the student stays within one page's :class:`RenderBudget`."""
     nb = copy.deepcopy(nb)
+    budget = RenderBudget()
     for cell in nb.cells:
         if cell.get("cell_type") == "code":
-            inert_outputs(cell.get("outputs", []))
+            inert_outputs(cell.get("outputs", []), budget)
+        elif cell.get("cell_type") == "markdown" and not _from_release(cell):
+            source = _text(cell.get("source", ""))
+            if _SHOWN_AS_TEXT.fullmatch(source):   # made so by an earlier run (genlab feedback renders again)
+                continue
+            note = budget.refuse(source)
+            if note:   # a <pre> block: mistune passes it through unparsed, and seal_page renders no math in it
+                cell.source = f"<pre>{html.escape(source[:MARKDOWN_CHARS])}</pre>\n\n{html.escape(note)}\n"
     return nb
 
 

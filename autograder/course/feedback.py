@@ -5,7 +5,6 @@ them in their files, and turns graded notebooks into nbgrader's feedback HTML.
 """
 from __future__ import annotations
 
-import copy
 import csv
 import glob
 import html
@@ -236,9 +235,11 @@ def write_autograded(out: Path, results, scores: dict, lates: dict) -> None:
             continue
         path = out / "autograded" / r.student / r.lab / f"{r.lab}.ipynb"
         path.parent.mkdir(parents=True, exist_ok=True)
-        nb = copy.deepcopy(r.notebook)
+        # The summary goes on top after the student's outputs and cells were made inert and put within the
+        # page's budget for Markdown: it is the grader's own text, escaped, and must never be cut.
+        nb = inert_notebook(r.notebook)
         nb.cells.insert(0, _summary_cell(r, scores.get((r.student, r.lab)), lates.get((r.student, r.lab))))
-        nbformat.write(inert_notebook(nb), str(path))
+        nbformat.write(nb, str(path))
 
 
 def write_feedback(out: Path, db_url: str, results, pool: ProcessPoolExecutor | None = None,

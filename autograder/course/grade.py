@@ -260,7 +260,8 @@ def grade_all(root: Path, submissions: Path, out: Path, *, workers: int = 1, lab
     sandbox = None
     if require_sandbox(unsafe):
         sandbox = SandboxConfig(memory_bytes=limits.memory_bytes, max_processes=limits.max_processes,
-                                max_file_bytes=limits.max_file_bytes,
+                                max_file_bytes=limits.max_file_bytes, scratch_bytes=limits.max_scratch_bytes,
+                                scratch_files=limits.max_scratch_files,
                                 hide=[root / "solutions", root / "autograder", root / ".git", out, submissions])
     else:
         print("WARNING: grading WITHOUT a sandbox (--unsafe): student code can read the hidden tests and write "

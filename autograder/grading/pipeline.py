@@ -37,12 +37,11 @@ from autograder.wall.channel import ChannelTampered
 from autograder.wall.kernel import KernelLost, KernelSession, RemoteTimeout
 from autograder.core.labs import LabFolder
 from autograder.core.limits import Limits
-from autograder.wall.remote import RemoteFunction
+from autograder.wall.remote import KeptCalls, KeptRecorder, RemoteFunction
 from autograder.core.results import Result, Status
 from autograder.core.sanitize import student_text
 from autograder.wall.scan import scan_notebook
 from genlab.catalog import Bug, bugs_for
-from genlab.testing.calls import Recorder
 from genlab.testing.diagnosis import diagnose
 from genlab.testing.notebook import LabNotebook, grade_id, is_setup, is_solution, is_test
 from genlab.testing.reference import Reference
@@ -52,6 +51,7 @@ from genlab.testing.wire import Encoder
 GRADE_NEEDS = "grade-needs"   # cell tag: a lab cell the tests depend on (trained state, data)
 MAX_MESSAGE_CHARS = 12000   # one test's message, a note, an evidence line (the kernel's parts are capped lower)
 MEMORY_ERRORS = ("can't allocate memory", "MemoryError", "CUDA out of memory", "OutOfMemoryError")
+SCRATCH_FULL = "No space left on device"   # ENOSPC: the scratch tmpfs is full, in bytes or in files
 
 
 # -- what is loaded once per lab and worker ---------------------------------------------------------------
@@ -220,6 +220,10 @@ class Grading:
     stopped_by: str | None = None                      # the test, or lab cell, that stopped the kernel
     revivals: int = 0
     behaviour: dict = field(default_factory=dict)      # failing function -> its outputs vs the reference's
+    kept: KeptCalls | None = None                      # the calls kept for diagnosis, within a budget
+
+    def __post_init__(self):
+        self.kept = KeptCalls(self.limits.max_kept_calls_bytes)
 
     @property
     def notes(self) -> list[str]:
@@ -331,6 +335,8 @@ def run_student_cell(g: Grading, index: int, cell) -> None:
         if any(m in run.error for m in MEMORY_ERRORS):
             g.notes.append(f"{where} ran out of memory: the limit is {g.limits.memory_gib:g} GiB per kernel; "
                            "later tests may fail because of it")
+        if SCRATCH_FULL in run.error:
+            g.notes.append(_scratch_note(g, where))
     if run.status in ("timeout", "dead") and session.dead_reason:
         # The kernel is gone (killed, crashed, or stopped for ignoring the interrupt): say where.
         message = session.dead_reason = f"{session.dead_reason} in {where}"
@@ -353,7 +359,7 @@ def run_one_test(g: Grading, test: str, cell) -> None:
     # Checked before each test too, so a patch undone before the notebook ends is still seen.
     _add_evidence(g, _integrity(session))
     seen = len(session.channel_evidence)
-    recorder = Recorder()
+    recorder = KeptRecorder(kept=g.kept)
     namespace = dict(g.test_globals)
     namespace.update({f: RemoteFunction(session, f, recorder, g.reference_kernel, g.lab.differentiated)
                       for f in g.lab.functions})
@@ -378,6 +384,8 @@ def run_one_test(g: Grading, test: str, cell) -> None:
         _add_evidence(g, forged)
     if outcome.status in (Status.TIMEOUT, Status.KILLED) and not session.alive():
         g.stopped_by = f"test {test}"
+    if outcome.status == Status.ERROR and SCRATCH_FULL in outcome.message:
+        g.notes.append(_scratch_note(g, f"test {test}"))
     if outcome.status == Status.ERROR:
         g.missing_names |= set(re.findall(r"NameError(?::|, saying:\n  \|) name '(\w+)' is not defined",
                                           outcome.message))
@@ -400,9 +408,13 @@ def stop_kernel(g: Grading) -> None:
 def diagnose_failures(g: Grading) -> None:
     """Every call made to a function, from all of its tests, must agree with a bug before it is named
     (one test's calls alone can fit two bugs by coincidence), so this runs after all tests."""
+    for function, (calls, size) in g.kept.dropped.items():
+        g.notes.append(f"{calls} call{'s' * (calls != 1)} to {function} ({size / 2**20:.0f} MiB of inputs and "
+                       f"answers) {'was' if calls == 1 else 'were'} not kept for diagnosis: the grader keeps at most "
+                       f"{g.limits.max_kept_calls_mib:g} MiB of a notebook's calls, so no bug is named for {function}")
     for test, outcome in g.outcomes.items():
-        if outcome.status != Status.PASSED:
-            function = g.lab.tests[test]["function"]
+        function = g.lab.tests[test]["function"]
+        if outcome.status != Status.PASSED and function not in g.kept.dropped:   # a bug is named from all calls
             outcome.diagnosis = diagnose(g.lab.bugs, [c for c in g.calls if c.name == function], g.lab.reference)
     # For the class report's misconception clusters: how each failing function's outputs relate to the
     # reference's (labels and counts, no tensor; autograder.grading.behaviour).
@@ -532,6 +544,12 @@ def _channel_evidence(what: str) -> str:
     if what.startswith("replaced while a measurement ran"):   # a sentence of its own (KernelSession.check_measured)
         return what
     return f"the kernel's answer to the grader broke the channel's rules: {what}"
+
+
+def _scratch_note(g: Grading, where: str) -> str:
+    return (f"{where} ran out of scratch space: the kernel's folder (HOME, TMPDIR, the working directory) holds "
+            f"at most {g.limits.max_scratch_mib:g} MiB and {g.limits.max_scratch_files} files; later cells that "
+            "write files may fail because of it")
 
 
 def _grader_note(text: str):

@@ -9,7 +9,8 @@ it replaces (by grade_id) and how else the handed-in file differs from a clean c
 - ``path`` (handed in under another name), ``link`` (a symlink), ``raw`` (bytes that are not a notebook),
   ``missing`` (an empty folder);
 - ``expect``: what the grader must conclude (``tests/test_grading.py`` reads it): ``full``; ``bug`` and
-  ``function``; ``tampered``; ``failed_tests``; ``status`` / ``message`` per test; ``status_all``; ``notes``...
+  ``function``; ``tampered``; ``failed_tests``; ``status`` / ``message`` per test; ``status_all``; ``notes``;
+  ``feedback_shows`` (text the feedback page must hold)...
 
 Labs are discovered (:mod:`autograder.core.labs`), so a new lab folder's samples are generated with no other edit.
 """

@@ -6,6 +6,8 @@ code, hands its number to :func:`genlab.testing.server.install`. Nothing of the 
 folder the kernel could replace by a link, no answer it could turn into a named pipe, no path the grader (often
 root) would ever open on the kernel's behalf. The kernel can still write anything into its end, so the grader
 
+- sends each request within a deadline (the call's time limit): a kernel that stops reading cannot hold the
+  grader in a send (:class:`SendTimeout`);
 - reads an answer's fixed header first and refuses (unread) one that announces more than its limits;
 - reads the rest within a time limit, once the header is there (a trickle is tampering, not a slow test);
 - takes only the answer to the request it sent: another request id is a forged frame;
@@ -44,6 +46,11 @@ class AnswerTimeout(Exception):
     """No answer within the time given: the request is still running in the kernel."""
 
 
+class SendTimeout(Exception):
+    """The kernel did not read a request (or an interrupt) within the time given. Part of the frame may have
+    been sent, so the stream is out of step: the kernel must be stopped, not asked again."""
+
+
 def _mib(n: int) -> str:
     return f"{n / 2**20:.1f} MiB"
 
@@ -67,20 +74,35 @@ class RequestChannel:
         self._theirs.close()
         self._mine.close()
 
-    def send(self, request_id: str, header: dict, tensors: dict[str, torch.Tensor]) -> None:
-        self._send(wire.pack_frame(request_id, header, tensors))
+    def send(self, request_id: str, header: dict, tensors: dict[str, torch.Tensor], *,
+             deadline: float | None = None) -> None:
+        """Sends one request; raises SendTimeout when the kernel has not read all of it by ``deadline``
+        (``time.monotonic()``; None: no limit, for tests of this module only)."""
+        self._send(wire.pack_frame(request_id, header, tensors), deadline)
 
-    def interrupt(self, request_id: str) -> None:
+    def interrupt(self, request_id: str, *, deadline: float | None = None) -> None:
         """Asks the kernel's server to raise KeyboardInterrupt in the call answering ``request_id``."""
-        self._send(wire.pack_frame(request_id, {}, {}, magic=wire.INTERRUPT))
+        self._send(wire.pack_frame(request_id, {}, {}, magic=wire.INTERRUPT), deadline)
 
-    def _send(self, frame: bytes) -> None:
+    def _send(self, frame: bytes, deadline: float | None) -> None:
         if self.broken:
             raise ChannelTampered(self.broken)
-        try:
-            self._mine.sendall(frame)
-        except OSError:
-            raise ChannelLost("the kernel closed the grader's channel") from None
+        # Never a blocking sendall: a request larger than the socket's buffer (Lab 1's memory test sends 24 MiB)
+        # waits for the kernel's reader, and a reader stopped for 150 s held that test for 151 s against a 60 s
+        # limit, and it passed (sample lab1_attack_stop_reading, issue 39). So each piece goes out only once
+        # select says the kernel has made room, within the deadline.
+        view, sent = memoryview(frame), 0
+        while sent < len(view):
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0 or not select.select([], [self._mine], [], left)[1]:
+                raise SendTimeout(f"the kernel read {sent} of the {len(view)} bytes of the grader's request, "
+                                  "and no more within the time limit")
+            try:
+                sent += self._mine.send(view[sent:], socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:
+                raise ChannelLost("the kernel closed the grader's channel") from None
 
     def receive(self, request_id: str, *, wait_s: float, read_s: float, max_json_bytes: int,
                 max_tensor_bytes: int, alive=lambda: True) -> tuple[object, dict[str, torch.Tensor]]:

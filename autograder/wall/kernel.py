@@ -22,8 +22,9 @@ import zmq
 from jupyter_client import KernelManager
 
 from autograder.wall import cgroups
-from autograder.wall.channel import AnswerTimeout, ChannelLost, ChannelTampered, RequestChannel, check_reply
-from autograder.wall.sandbox import kernel_account, kernel_environment
+from autograder.wall.channel import (AnswerTimeout, ChannelLost, ChannelTampered, RequestChannel, SendTimeout,
+                                     check_reply)
+from autograder.wall.sandbox import channel_folder, kernel_account, kernel_environment
 from autograder.core.limits import Limits
 from genlab.testing import wire
 
@@ -85,11 +86,14 @@ class KernelSession:
         # collector finalises while a channel thread still holds a socket blocks in term() for ever.
         self.km = KernelManager(kernel_name="python3", context=zmq.Context.instance())
         if self.launcher:
-            # In the sandbox there is no network, not even loopback: talk over Unix sockets in the scratch
-            # folder, and interrupt with a message, since signals cannot cross into its PID namespace.
+            # In the sandbox there is no network, not even loopback: talk over Unix sockets in the channel's
+            # folder (on the host's disk, bound into the kernel's scratch tmpfs, where the grader could not reach
+            # them), and interrupt with a message, since signals cannot cross into its PID namespace.
+            channel = channel_folder(self.workdir)
+            channel.mkdir(mode=0o700, exist_ok=True)
             self.km.transport = "ipc"
-            self.km.ip = str(self.workdir / "kernel")
-            self.km.connection_file = str(self.workdir / "kernel.json")
+            self.km.ip = str(channel / "kernel")
+            self.km.connection_file = str(channel / "kernel.json")
             self.km.kernel_spec.interrupt_mode = "message"
         # An allowlist (one thread per kernel included), never a copy of os.environ: the grader's secrets
         # (GENLAB_DB, cloud keys, CI tokens) stay here.
@@ -112,6 +116,11 @@ class KernelSession:
         self.kc = self.km.client(context=zmq.Context.instance())
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)
+        if self.launcher and kernel_account() is not None:
+            # Its sockets are made: the kernel user (the channel folder's group, sandbox.launcher) may no longer
+            # make files there, so that the host's disk holds nothing of the kernel's beyond them. (A grader that
+            # is not root runs its kernels as itself: they own the folder and could undo this.)
+            channel_folder(self.workdir).chmod(0o750)
         self.started_at = time.monotonic()
 
     def alive(self) -> bool:
@@ -334,19 +343,24 @@ class KernelSession:
         timeout = max(1.0, min(self.limits.test_timeout_s, left))
         limits = dict(read_s=self.limits.answer_read_timeout_s, max_json_bytes=self.limits.max_answer_json_bytes,
                       max_tensor_bytes=self.limits.max_answer_tensor_bytes, alive=self.km.is_alive)
+        # One deadline for the whole call, sending included: a kernel that stops reading a large request (or
+        # the interrupt) is past its time limit like one that never answers (status timeout, not failed).
+        deadline = time.monotonic() + timeout
         try:
-            self.channel.send(request_id, header, encoder.tensors)
             try:
-                reply, tensors = self.channel.receive(request_id, wait_s=timeout, **limits)
+                self.channel.send(request_id, header, encoder.tensors, deadline=deadline)
+                reply, tensors = self.channel.receive(request_id, wait_s=deadline - time.monotonic(), **limits)
+            except SendTimeout as exc:
+                # Part of a frame may be in the socket: the stream is out of step, no interrupt can follow it.
+                self._stop_for_timeout(f"timeout: stopped after {timeout:.0f} s (time limit per call): {exc}")
             except AnswerTimeout:
-                self.channel.interrupt(request_id)
+                grace = time.monotonic() + self.limits.interrupt_grace_s
                 try:
-                    self.channel.receive(request_id, wait_s=self.limits.interrupt_grace_s, **limits)
-                except AnswerTimeout:
-                    self.dead_reason = f"timeout: stopped after {timeout:.0f} s, and the call ignored the interrupt"
-                    self.dead_of_timeout = True
-                    self._kill()
-                    raise RemoteTimeout(self.dead_reason) from None
+                    self.channel.interrupt(request_id, deadline=grace)
+                    self.channel.receive(request_id, wait_s=grace - time.monotonic(), **limits)
+                except (AnswerTimeout, SendTimeout):
+                    self._stop_for_timeout(f"timeout: stopped after {timeout:.0f} s, and the call ignored the "
+                                           "interrupt")
                 raise RemoteTimeout(f"stopped after {timeout:.0f} s (time limit per call)") from None
             return check_reply(reply, tensors, str(header.get("kind"))), tensors
         except ChannelTampered as exc:
@@ -361,6 +375,12 @@ class KernelSession:
                     raise KernelLost(self.dead_reason) from None
                 time.sleep(0.05)
             raise AnswerLost(str(exc)) from None
+
+    def _stop_for_timeout(self, reason: str):
+        self.dead_reason = reason
+        self.dead_of_timeout = True
+        self._kill()
+        raise RemoteTimeout(reason) from None
 
     def note_tampering(self, evidence: str) -> ChannelTampered:
         if evidence not in self.channel_evidence:

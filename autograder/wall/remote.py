@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from autograder.core.sanitize import student_text
 from genlab.testing import wire
@@ -20,6 +20,60 @@ from genlab.testing.calls import Call, Recorder, detached
 from genlab.testing.wire import student_error
 
 CLEARLY_SLOW = 20.0  # a first look this far over the reference ends the timing early
+
+
+# -- the calls kept for diagnosis ----------------------------------------------------------------------------
+def held_bytes(value) -> int:
+    """Bytes of the tensors (and modules' parameters and buffers) in a call's arguments or result."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        try:
+            return value.untyped_storage().nbytes()
+        except Exception:  # noqa: BLE001 - a tensor without a storage of its own (sparse, meta)
+            return value.numel() * value.element_size()
+    if isinstance(value, torch.nn.Module):
+        return sum(held_bytes(t) for t in (*value.parameters(), *value.buffers()))
+    if isinstance(value, (list, tuple)):
+        return sum(held_bytes(v) for v in value)
+    if isinstance(value, dict):
+        return sum(held_bytes(v) for v in value.values())
+    return 0
+
+
+@dataclass
+class KeptCalls:
+    """The calls a notebook's tests make, with their inputs and answers, are kept in the grader's process until
+    the notebook ends, for diagnosis (the catalogue's replay, after every test). An answer may be 256 MiB
+    (``max_answer_tensor_mib``): sample ``lab1_attack_huge_answers``, 229 MiB to every call, took the grading
+    process to a peak of 1878 MiB, against 391 MiB for the reference (904 MiB within this budget; issue 39,
+    measured on a 2-core EPYC). So a notebook's calls are kept up to ``limit_bytes`` (``max_kept_calls_mib``); a call
+    past it is given to its test as usual and not kept, and its function is named in :attr:`dropped`: no bug is
+    named from part of a function's calls (pipeline.diagnose_failures)."""
+    limit_bytes: int
+    kept_bytes: int = 0
+    dropped: dict[str, list[int]] = field(default_factory=dict)   # function -> [calls not kept, their bytes]
+
+    def admit(self, call: Call) -> bool:
+        size = held_bytes(call.args) + held_bytes(call.kwargs) + held_bytes(call.result)
+        if self.kept_bytes + size <= self.limit_bytes:
+            self.kept_bytes += size
+            return True
+        lost = self.dropped.setdefault(call.name, [0, 0])
+        lost[0], lost[1] = lost[0] + 1, lost[1] + size
+        return False
+
+
+@dataclass
+class KeptRecorder(Recorder):
+    """A test's recorder whose calls count against the notebook's :class:`KeptCalls`."""
+    kept: KeptCalls | None = None
+
+
+def _keep(recorder: Recorder, call: Call) -> None:
+    kept = getattr(recorder, "kept", None)
+    if kept is not None and recorder.calls and recorder.calls[-1] is call and not kept.admit(call):
+        recorder.calls.pop()
 
 
 class RemoteObject:
@@ -87,36 +141,39 @@ def _request(session, recorder: Recorder, kind: str, name: str, args, kwargs, ta
         reply, tensors = session.request(header, encoder)
     _check_measured(session, reply)
     recorder.calls.append(call)
-    if reply["ok"] and kind == "call":  # a module the function switched to eval() is switched here too
-        sent = wire.call_modules(header, args, kwargs)
-        wire.apply_modes(sent, reply.get("modes"))
-        call.modes_after = [wire.modes(m) for m in sent]
-    if not reply["ok"]:
-        err = reply["error"]
-        call.error = err["type"]
-        raise student_error(call.error, err["message"], err["traceback"])
-    if reply.get("modified"):   # the function changed an activation it was given in place
-        from genlab.checks import CheckFailed
-        from genlab.checks.gradients import modified_message
-
-        raise CheckFailed(modified_message(name, reply["modified"]))
-    tree = reply["result"]
-    for sub in wire.subclass_names(tree):
-        recorder.evidence.append(f"{name} returned a tensor subclass {student_text(str(sub), 300)}")
-
-    def handle(hid, type_name):
-        h = wire.Handle(hid, type_name)
-        if kind == "getattr" and callable_hint(type_name):
-            return _BoundMethod(session, recorder, target["handle"], target["method"], name, objects)
-        return RemoteObject(session, h, recorder, f"{name}()", objects)
-
     try:
-        call.result = wire.decode(tree, tensors, handle_factory=handle)
-    except Exception as exc:  # noqa: BLE001 - checked before, so only a forged answer gets here
-        raise session.note_tampering(f"the kernel's answer could not be decoded ({type(exc).__name__})") from None
-    if os_peak is not None:
-        call.result = verified_peak(call.result, os_peak)
-    return call.result
+        if reply["ok"] and kind == "call":  # a module the function switched to eval() is switched here too
+            sent = wire.call_modules(header, args, kwargs)
+            wire.apply_modes(sent, reply.get("modes"))
+            call.modes_after = [wire.modes(m) for m in sent]
+        if not reply["ok"]:
+            err = reply["error"]
+            call.error = err["type"]
+            raise student_error(call.error, err["message"], err["traceback"])
+        if reply.get("modified"):   # the function changed an activation it was given in place
+            from genlab.checks import CheckFailed
+            from genlab.checks.gradients import modified_message
+
+            raise CheckFailed(modified_message(name, reply["modified"]))
+        tree = reply["result"]
+        for sub in wire.subclass_names(tree):
+            recorder.evidence.append(f"{name} returned a tensor subclass {student_text(str(sub), 300)}")
+
+        def handle(hid, type_name):
+            h = wire.Handle(hid, type_name)
+            if kind == "getattr" and callable_hint(type_name):
+                return _BoundMethod(session, recorder, target["handle"], target["method"], name, objects)
+            return RemoteObject(session, h, recorder, f"{name}()", objects)
+
+        try:
+            call.result = wire.decode(tree, tensors, handle_factory=handle)
+        except Exception as exc:  # noqa: BLE001 - checked before, so only a forged answer gets here
+            raise session.note_tampering(f"the kernel's answer could not be decoded ({type(exc).__name__})") from None
+        if os_peak is not None:
+            call.result = verified_peak(call.result, os_peak)
+        return call.result
+    finally:   # whatever came back, the call is kept for diagnosis only within the notebook's budget
+        _keep(recorder, call)
 
 
 def _measured_peak(session, target: dict, args, kwargs, extra: dict):

@@ -7,7 +7,11 @@ What a kernel can see is *built*, not what is left after hiding: :func:`visible_
 - the system (``/usr`` and the ``/bin``, ``/lib*`` links to it, and a few named files of ``/etc``), read-only;
 - the Python environment: ``sys.base_prefix``, ``sys.prefix``, and the folders ``genlab``, ``torch`` and the
   packages whose data ``genlab.data`` loads (scikit-learn, RDKit) import from, read-only;
-- its own scratch folder, writable, as ``HOME``, ``TMPDIR`` and working directory;
+- its own scratch folder, writable, as ``HOME``, ``TMPDIR`` and working directory: a tmpfs of at most
+  ``scratch_bytes`` and ``scratch_files`` (see :func:`launcher`), not the host's disk;
+- inside it, ``.kernel``: the folder of the kernel's channel files (its connection file and ZMQ sockets), the one
+  folder of the host's disk it writes to, and only while it starts where the grader is root (see
+  :func:`channel_folder`);
 - ``/dev`` (the null, zero, random and tty devices; GPUs where the grader has them) and its own ``/proc``.
 
 Nothing else: no ``/root``, ``/home``, ``/srv``, no other folder of ``/tmp`` (earlier runs' outputs and caches,
@@ -23,7 +27,8 @@ Its environment is :func:`kernel_environment`, nothing else (bubblewrap starts f
 
 Limits: ``prlimit`` caps address space, file size, core dumps and processes (``RLIMIT_NPROC``, counted per
 kernel: each kernel has its own user namespace); per-kernel cgroups (cgroups.py), where the machine allows
-them, add a real memory limit and ``pids.max``. No network, its own PID namespace (it cannot see or signal
+them, add a real memory limit and ``pids.max``; the scratch folder is a tmpfs of a fixed size (and, as root,
+number of files). No network, its own PID namespace (it cannot see or signal
 the grader), and everything it starts dies with it.
 
 Without bubblewrap, or as root without the kernel user, the grader refuses to run unless told ``--unsafe``
@@ -74,6 +79,8 @@ class SandboxConfig:
     memory_bytes: int = 4 * 2**30          # address space; torch alone maps about 1 GiB
     max_processes: int = 64
     max_file_bytes: int = 256 * 2**20
+    scratch_bytes: int = 512 * 2**20       # the scratch folder's tmpfs: its size ...
+    scratch_files: int = 10_000            # ... and its inodes (files and folders)
     hide: list[Path] = field(default_factory=list)   # folders covered even if they lie inside a visible one
 
 
@@ -246,7 +253,16 @@ def launcher(config: SandboxConfig, workdir: Path) -> list[str]:
         argv += ["--dev-bind", device, device]
     if _gpu_devices():
         argv += ["--ro-bind", "/sys", "/sys"]   # the CUDA driver reads the PCI topology there
-    bind(workdir, writable=True)
+    # The scratch folder is a tmpfs, not the host's disk (issue 39: sample lab1_attack_fill_scratch wrote
+    # 1.88 GiB and 200,000 files there in 39 s, on a loaded 2-core machine). As root, the root-side shell mounts
+    # it, in the kernel's own mount namespace (it goes with the kernel), with an inode limit too: bubblewrap's
+    # --size sets the size only, and without root bubblewrap mounts it so. Its pages are memory: where the
+    # kernel has a memory cgroup they are charged to it, so scratch counts against its memory limit.
+    if account is not None:
+        argv += ["--bind", str(STAGE / "scratch"), str(workdir)]
+    else:
+        argv += ["--perms", "0700", "--size", str(config.scratch_bytes), "--tmpfs", str(workdir)]
+    bind(channel_folder(workdir), writable=True)   # over the tmpfs: the ZMQ sockets the grader connects to
     # The sandbox's own root (where the folders above the bound paths were made) is read-only too: the
     # scratch folder and /dev/shm are the only places a kernel writes.
     argv += ["--remount-ro", "/", "--chdir", str(workdir)]
@@ -263,10 +279,17 @@ def launcher(config: SandboxConfig, workdir: Path) -> list[str]:
         return argv
     uid, gid = account
     q = shlex.quote
+    channel = q(str(channel_folder(workdir)))
     stage = "".join(f" && mkdir {STAGE / str(i)} && mount --bind {q(str(path))} {STAGE / str(i)}"
                     for i, path in enumerate(staged))
-    script = (f"chown -R {uid}:{gid} {q(str(workdir))} && chmod 700 {q(str(workdir))}"
-              + (f" && mount -t tmpfs -o mode=755,size=64k genlab-stage {STAGE}{stage}" if staged else "")
+    # The channel's folder stays root's: the kernel user writes in it through its group, and the grader takes
+    # that away once the kernel has made its sockets (KernelSession.start), so that no file of the kernel's can
+    # be made on the host's disk after its boot. Its connection file is readable by that group.
+    script = (f"chown -R 0:{gid} {channel} && chmod 770 {channel} && chmod -R g+r {channel}"
+              f" && mount -t tmpfs -o mode=755,size=64k genlab-stage {STAGE}"
+              f" && mkdir {STAGE / 'scratch'} && mount -t tmpfs -o mode=700,uid={uid},gid={gid},"
+              f"size={config.scratch_bytes},nr_inodes={config.scratch_files} genlab-scratch {STAGE / 'scratch'}"
+              + stage
               + f' && exec {shutil.which("setpriv") or "setpriv"} --reuid={uid} --regid={gid} --clear-groups '
                 '--inh-caps=-all --bounding-set=-all --no-new-privs -- "$@"')
     # unshare: the staging mounts live in a mount namespace of this kernel's own, invisible to the machine.
@@ -274,6 +297,14 @@ def launcher(config: SandboxConfig, workdir: Path) -> list[str]:
             "/bin/sh", "-c", script, "genlab-sandbox", *argv]
 
 
+def channel_folder(workdir: Path) -> Path:
+    """Where a kernel's channel files are (its connection file and its ZMQ sockets): a folder of the host's disk
+    that both the grader and the kernel reach, bound into the kernel's scratch tmpfs."""
+    return Path(workdir) / ".kernel"
+
+
 def prepare_workdir(workdir: Path) -> None:
-    """Only the kernel may use its scratch folder: mode 700 (the launcher gives it to the kernel user)."""
+    """A kernel's folder on the host: mode 700, with its channel's folder (the launcher gives that one to the
+    kernel user's group; the scratch folder the kernel sees at the same path is a tmpfs)."""
     Path(workdir).chmod(0o700)
+    channel_folder(workdir).mkdir(mode=0o700, exist_ok=True)

@@ -600,3 +600,119 @@ SAMPLES["lab1_attack_cpu_burner"] = {
     "expect": {"full": False, "failed_tests": ["reparameterize_performance"],
                "message": {"reparameterize_performance": "too slow"},
                "status": {"reparameterize_value": "passed", "reparameterize_gradient": "passed"}}}
+
+# -- quotas on everything shared (issue 39): one notebook must not harm everybody's grading --------------------
+# Each attack is correct code (or nearly) plus a load on something the grader or the machine shares; each
+# control does the same honest work within the quota, and keeps full marks.
+# The grader's memory: an answer may be 256 MiB, and every call's answer was kept for diagnosis until the
+# notebook ended. This reparameterize answers 229 MiB of zeros to every call the grader makes (whose caller, in the
+# kernel, is genlab's server or one of its checks) and the right sample to the lab's own training. Only the calls
+# within max_kept_calls_mib are kept; the tests of reparameterize fail as they would anyway.
+SAMPLES["lab1_attack_huge_answers"] = {
+    "cells": {"reparameterize": "import inspect\n\n" + REPARAM_HEAD +
+              "    if eps is None:\n        eps = torch.randn_like(mu)\n"
+              "    caller = inspect.currentframe().f_back.f_globals.get('__name__', '')\n"
+              "    if caller.startswith('genlab'):   # a call the grader made\n"
+              "        return torch.zeros(60_000_000)   # 229 MiB: an answer may be 256 MiB\n"
+              "    return mu + torch.exp(0.5 * logvar) * eps\n"},
+    "expect": {"full": False, "failed_tests": ["reparameterize_shape", "reparameterize_value",
+                                               "reparameterize_dtype_device", "reparameterize_gradient",
+                                               "reparameterize_noise", "reparameterize_performance"],
+               "status": {"gaussian_kl_value": "passed", "beta_sweep_outcome": "passed",
+                          "free_bits_kl_value": "passed"},
+               "notes": ["not kept for diagnosis", "at most 256 MiB"]}}
+# Its control: the same 229 MiB made once in the kernel (its own memory, within its limit), honest answers.
+SAMPLES["lab1_control_big_tensor_in_kernel"] = {
+    "cells": {"reparameterize": "_table = torch.zeros(60_000_000)   # 229 MiB, kept in the kernel\n\n"
+              + CORRECT["reparameterize"]},
+    "expect": {"full": True}}
+
+# The grader's send: a request larger than the socket's buffer (the memory test's 24 MiB of inputs) waits for
+# the kernel's reader. This notebook's reader stops for 150 s after reading the header of such a request: the
+# grader's send had no time limit, and the test took 150 s against a 60 s limit per call. Now it is a timeout,
+# the kernel is stopped, and a fresh one grades the tests after it. Names built at run time: no scan reads them.
+_STOP_READING = '''
+_s, _st = __import__('soc' + 'ket'), __import__('str' + 'uct')
+_t, _th = __import__('ti' + 'me'), __import__('thre' + 'ading')
+_recv = getattr(_s.socket, 're' + 'cv')
+_F = _st.Struct('!4s16sIQ')
+def _slow_reader(self, n, *args):
+    data = _recv(self, n, *args)
+    if _th.current_thread().name.endswith('-reader') and len(data) == _F.size and _F.unpack(data)[3] > 4 << 20:
+        _t.sleep({stall})
+    return data
+setattr(_s.socket, 're' + 'cv', _slow_reader)
+'''
+SAMPLES["lab1_attack_stop_reading"] = {
+    "cells": dict(CORRECT), "after": {"reparameterize": _STOP_READING.format(stall=150)},
+    "expect": {"status": {"reparameterize_performance": "timeout", "reparameterize_value": "passed",
+                          "gaussian_kl_value": "passed", "free_bits_kl_value": "passed"},
+               "message": {"reparameterize_performance": "time limit per call"},
+               "notes": ["test reparameterize_performance stopped the kernel"]}}
+# Its control: the same reader, slow by 2 s, well within the limit.
+SAMPLES["lab1_control_slow_reader"] = {
+    "cells": dict(CORRECT), "after": {"reparameterize": _STOP_READING.format(stall=2)},
+    "expect": {"full": True}}
+
+# The host's disk: the kernel's scratch folder was a folder of the host's disk with no quota; this cell wrote
+# 1.88 GiB and 200,000 files there (39 s on a loaded 2-core machine). Scratch is now a tmpfs of max_scratch_mib
+# and max_scratch_files: the cell stops at each limit (No space left on device: 0.48 GiB, then 9,986 files),
+# and a note names both. The full folder harms only this notebook: beta_sweep's training, whose torch makes a
+# cache folder in TMPDIR, fails with the same error and the same note; every other test passes.
+_FILL_SCRATCH = '''import os, time
+_start, _written, _files, _stops = time.time(), 0, 0, []
+_block = bytes(16 << 20)
+try:
+    for _i in range(8):   # 8 files of 240 MiB: each under the 256 MiB a file may be
+        with open(f'fill{_i}.bin', 'wb') as _f:
+            for _ in range(15):
+                _f.write(_block)
+                _written += len(_block)
+except OSError as _e:
+    _stops.append(_e)
+try:
+    os.mkdir('many')
+    for _i in range(200_000):
+        open(f'many/{_i}', 'w').close()
+        _files += 1
+except OSError as _e:
+    _stops.append(_e)
+print(f'wrote {_written / 2**30:.2f} GiB and {_files} files in {time.time() - _start:.0f} s')
+if _stops:
+    raise _stops[-1]
+'''
+SAMPLES["lab1_attack_fill_scratch"] = {
+    "cells": dict(CORRECT), "after": {"gaussian_kl_gradient": _FILL_SCRATCH},
+    "expect": {"status": {"beta_sweep_outcome": "error", "gaussian_kl_value": "passed", "negative_elbo_value": "passed",
+                          "free_bits_kl_value": "passed"},
+               "message": {"beta_sweep_outcome": "No space left on device"},
+               "notes": ["ran out of scratch space", "512 MiB and 10000 files"]}}
+# Its control: a checkpoint and a thousand small files written and read back.
+SAMPLES["lab1_control_scratch_files"] = {
+    "cells": dict(CORRECT), "after": {"gaussian_kl_gradient": '''import os
+os.makedirs('checkpoints', exist_ok=True)
+torch.save({'w': torch.randn(1024, 1024)}, 'checkpoints/model.pt')   # 4 MiB
+for _i in range(1000):
+    with open(f'checkpoints/epoch{_i}.txt', 'w') as _f:
+        _f.write(f'epoch {_i}\\n')
+print(torch.load('checkpoints/model.pt')['w'].shape, len(os.listdir('checkpoints')))
+'''},
+    "expect": {"full": True}}
+
+# The feedback renderer: nbconvert's Markdown renderer searches from every unclosed math delimiter to the end
+# of the text. Two outputs of 57 kB of unclosed \( (the most one cell's 100 kB of output holds, as the grader
+# counts it) cost seconds each to render and seal; now each is shown as plain text, cut, with a note.
+_MATH_FLOOD = r"""from IPython.display import Markdown, display
+display(Markdown('\\\\(' * 19_000))
+"""
+SAMPLES["lab1_attack_math_flood"] = {
+    "cells": dict(CORRECT), "after": {"gaussian_kl_gradient": _MATH_FLOOD, "negative_elbo_gradient": _MATH_FLOOD},
+    "expect": {"full": True, "feedback_shows": ["this Markdown is shown as plain text, cut to its first 20,000 "
+                                                "characters", "math delimiters, over 400"]}}
+# Its control: a Markdown table of 50 formulas, rendered as MathML.
+SAMPLES["lab1_control_math_output"] = {
+    "cells": dict(CORRECT), "after": {"gaussian_kl_gradient": r"""from IPython.display import Markdown, display
+_rows = [f'| {i} | $\\text{{honest}}_{{{i}}} = \\mu_{{{i}}} + \\sigma_{{{i}}} \\epsilon_{{{i}}}$ |' for i in range(50)]
+display(Markdown('| step | formula |\n|---|---|\n' + '\n'.join(_rows)))
+"""},
+    "expect": {"full": True, "feedback_shows": ["<mtext>honest</mtext>"]}}
