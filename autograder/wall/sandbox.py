@@ -75,6 +75,10 @@ class SandboxConfig:
     max_processes: int = 64
     max_file_bytes: int = 256 * 2**20
     hide: list[Path] = field(default_factory=list)   # folders covered even if they lie inside a visible one
+    # "bubblewrap" (this module's launcher) or "container" (autograder.wall.container: where bubblewrap cannot
+    # create namespaces, in a platform's grading container)
+    mode: str = "bubblewrap"
+    uid: int | None = None   # container mode: the unprivileged uid this run's kernels run as (container.draw_uid)
 
 
 class SandboxUnavailable(RuntimeError):
