@@ -10,7 +10,7 @@
 - ``wheels/genlab-*.whl``: the student package, installed into the grader's Python (outside the course
   folder, so that a kernel imports it without reaching the course);
 - ``requirements.txt``: the pinned dependencies (``requirements/ci.txt``, what CI and the grading image use);
-- ``setup.sh``: installs all of it (Python, bubblewrap, the kernel user ``genlab-kernel``, a venv at
+- ``setup.sh``: installs all of it (Python 3.11 or newer, bubblewrap, the user ``genlab-kernel``, a venv at
   ``/opt/genlab-venv``), once, as root, when the platform builds its image;
 - the platform's entry point (``run_autograder`` for Gradescope, ``run_prairielearn`` for PrairieLearn).
 
@@ -36,16 +36,22 @@ set -euo pipefail
 here="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
-# Python 3.11 or newer (Ubuntu 24.04 has 3.12); bubblewrap, the sandbox where the container lets it create
-# namespaces; util-linux's setpriv and prlimit, which both walls use.
+# bubblewrap, the sandbox where the container lets it create namespaces; util-linux's setpriv and prlimit,
+# which both walls use; Python 3.11 or newer (Ubuntu 22.04's python3 is 3.10: then its python3.11 package).
 apt-get install -y -q --no-install-recommends python3 python3-venv bubblewrap util-linux
-python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' \\
-  || {{ echo "genlab needs Python 3.11 or newer: choose an Ubuntu 24.04 base image" >&2; exit 1; }}
-# The unprivileged user student kernels run as: no home, no shell, no other group.
+python=python3
+if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  apt-get install -y -q --no-install-recommends python3.11 python3.11-venv
+  python=python3.11
+fi
+"$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \\
+  || {{ echo "genlab needs Python 3.11 or newer" >&2; exit 1; }}
+# The unprivileged user student kernels run as in the bubblewrap sandbox: no home, no shell, no other group.
+# (Container mode runs them as a uid of their own: autograder/wall/container.py.)
 id -u genlab-kernel >/dev/null 2>&1 \\
   || useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin genlab-kernel
-# The grader's Python, outside the course folder: kernels start from it as genlab-kernel.
-python3 -m venv {VENV}
+# The grader's Python, outside the course folder, which the grader closes to kernels: they start from it.
+"$python" -m venv {VENV}
 {VENV}/bin/pip install -q -r "$here/requirements.txt"
 # The student package as students install it; the grader itself (autograder/) runs from this folder.
 {VENV}/bin/pip install -q --no-deps "$here"/wheels/genlab-*.whl
