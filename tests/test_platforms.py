@@ -182,6 +182,8 @@ def test_the_zip_and_the_image_tree_hold_what_the_platforms_expect(built):
         names = archive.namelist()
         modes = {i.filename: i.external_attr >> 16 for i in archive.infolist()}
         entry = archive.read("run_autograder").decode()
+        for script in ("setup.sh", "run_autograder"):
+            assert subprocess.run(["bash", "-n"], input=archive.read(script)).returncode == 0, script
     assert {"setup.sh", "run_autograder"} <= set(names)           # at the root of the archive
     assert modes["setup.sh"] & 0o111 and modes["run_autograder"] & 0o111
     assert f"solutions/{LAB}/{LAB}.ipynb" in names and f"labs/{LAB}/{LAB}.ipynb" in names

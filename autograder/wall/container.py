@@ -46,7 +46,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.wall.sandbox import SandboxConfig, kernel_environment, probe
+from autograder.wall import cgroups
+from autograder.wall.sandbox import ADDRESS_HEADROOM, SandboxConfig, kernel_environment, probe
 
 BUBBLEWRAP = "bubblewrap"
 CONTAINER = "container"
@@ -102,7 +103,10 @@ def choose(allow_container: bool, forced: str = "") -> Wall:
 
 # -- the kernel's command ------------------------------------------------------------------------------------
 def _limits(config: SandboxConfig) -> list[str]:
-    return [shutil.which("prlimit") or "prlimit", f"--as={config.memory_bytes}", f"--fsize={config.max_file_bytes}",
+    """bubblewrap's caps (autograder.wall.sandbox.launcher): with cgroups the memory limit is the cgroup's, and
+    the address-space cap only stops absurd single allocations."""
+    address = config.memory_bytes + (ADDRESS_HEADROOM if cgroups.usable() else 0)
+    return [shutil.which("prlimit") or "prlimit", f"--as={address}", f"--fsize={config.max_file_bytes}",
             "--core=0", f"--nproc={config.max_processes}", "--"]
 
 
