@@ -113,7 +113,7 @@ class Graded:
         """Why nothing was graded, in words for the student ('' when graded)."""
         if self.wall.refused:
             return self.wall.describe()
-        return f"Not graded: the autograder failed ({self.failure})" if self.failure else ""
+        return "Not graded: the autograder failed." if self.failure else ""
 
     def shown_now(self) -> set[str]:
         """The tests a student may see at once: every test but the hidden ones, unless the course shows those
@@ -158,14 +158,22 @@ def grade_submission(lab_id: str, submission: Path, results: Path, lock_also=(),
     start = time.monotonic()
     course = Path(course).resolve()
     course_toml = course / "autograder" / "course.toml"
-    settings = PlatformSettings.load(course_toml)
-    limits = Limits.load(course_toml)
-    lab = Lab.load(course, lab_id)
+    results = Path(results)
+    results.mkdir(parents=True, exist_ok=True)
+    try:
+        if not (course / "setup.sh").is_file():   # never make a course checkout the grader's alone (mode 700)
+            raise RuntimeError(f"{course} is no platform's grader tree (no setup.sh): write one with genlab release "
+                               "--gradescope or --prairielearn")
+        settings = PlatformSettings.load(course_toml)
+        limits = Limits.load(course_toml)
+        lab = Lab.load(course, lab_id)
+    except Exception as exc:  # noqa: BLE001 - a course.toml or a lab the grader cannot read: said in the results
+        traceback.print_exc()
+        return Graded(lab_id, Wall(container.BUBBLEWRAP), PlatformSettings(), failure=f"{type(exc).__name__}: {exc}",
+                      seconds=time.monotonic() - start)
     hidden = hidden_tests(lab)
     graded = Graded(lab_id, Wall(container.BUBBLEWRAP), settings,
                     {t: {"function": spec["function"] or t, "hidden": t in hidden} for t, spec in lab.tests.items()})
-    results = Path(results)
-    results.mkdir(parents=True, exist_ok=True)
     # The grader's files are its own before any kernel starts, whichever wall grades (bubblewrap shows none
     # of them anyway; container mode rests on this).
     locked = container.lock([course, Path(submission), results, *lock_also])
@@ -263,11 +271,11 @@ def summary_html(graded: Graded, tests: set[str] | None = None, head: bool = Tru
     from nbconvert.filters.markdown_mistune import markdown2html_mistune
 
     tests = set(graded.tests) if tests is None else tests
+    if graded.result is None:
+        return (f"<p>{html.escape(graded.reason)}</p><p>Nothing was marked wrong in your code: your instructor can "
+                "see why in the autograder's output.</p>")
     lines = (graded.wall.describe(), withheld_line(graded, tests)) if head else ()
     top = "".join(f"<p>{html.escape(line)}</p>" for line in lines if line)
-    if graded.result is None:
-        return top + ("<p>Nothing was marked wrong in your code: your instructor can see why in the "
-                      "autograder's output.</p>")
     body = _ANCHOR.sub("", markdown2html_mistune(summary(graded.view(tests))))
     return clean_html(top + body)
 
