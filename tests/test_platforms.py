@@ -164,7 +164,8 @@ def test_the_grader_never_closes_a_folder_that_is_no_platforms_tree(tmp_path):
         folder.mkdir(parents=True)
     course.chmod(0o755)
     g = common.grade_submission(LAB, submission, tmp_path / "results", course=course)
-    assert g.result is None and "no platform's grader tree" in g.failure and g.reason == "Not graded: the autograder failed."
+    assert g.result is None and "no platform's grader tree" in g.failure
+    assert g.reason == "Not graded: the autograder failed."
     assert course.stat().st_mode & 0o777 == 0o755 and submission.stat().st_mode & 0o777 == 0o755
     assert gradescope.results_json(g)["score"] == 0 and prairielearn.results_json(g)["gradable"] is False
 
