@@ -31,8 +31,20 @@ def cmd_release(args) -> int:
         for lab in args.lab or lab_ids(_root(args)):
             marked = store_checked_outputs(_root(args) / "solutions" / lab / f"{lab}.ipynb")
             print(f"solutions/{lab}: ran it and stored the output of {marked} NBVAL_CHECK_OUTPUT cells")
-    for path in release(_root(args), args.lab or None):
+    platforms = [(name, given) for name, given in (("gradescope", args.gradescope), ("prairielearn", args.prairielearn))
+                 if given]
+    for name, (lab, _dir) in platforms:
+        if lab not in lab_ids(_root(args)):
+            print(f"genlab release --{name}: no lab {lab}; the labs are {lab_ids(_root(args))}", file=sys.stderr)
+            return 2
+    only = [lab for _, (lab, _dir) in platforms] if platforms and not args.student_bundle else None
+    for path in release(_root(args), args.lab or only):
         print(f"wrote {path}")
+    for name, (lab, folder) in platforms:
+        from autograder.platforms import gradescope, prairielearn
+
+        written = {"gradescope": gradescope, "prairielearn": prairielearn}[name].build(_root(args), lab, Path(folder))
+        print(f"wrote {written}: {name}'s grader for {lab} (docs/instructor-guide.md#grading-on-{name})")
     if args.student_bundle:
         from autograder.release.bundle import student_bundle
 
@@ -196,6 +208,11 @@ def main(argv=None) -> int:
     p.add_argument("--student-bundle", metavar="DIR",
                    help="then write what students receive to DIR: the notebooks, a wheel of the student "
                         "package, a README (no solutions, no hidden tests; checked for leaks)")
+    p.add_argument("--gradescope", nargs=2, metavar=("LAB", "DIR"),
+                   help="then write DIR/autograder.zip: Gradescope's autograder for LAB (autograder/platforms)")
+    p.add_argument("--prairielearn", nargs=2, metavar=("LAB", "DIR"),
+                   help="then write DIR/image (PrairieLearn's external grader for LAB, an image's build context) "
+                        "and DIR/question (a question using it)")
     p.set_defaults(func=cmd_release)
 
     p = sub.add_parser("leaks", help="the closest match of every solution function in PLACES (files, folders, "

@@ -172,6 +172,12 @@ def _summary_cell(result: Result, score=None, late=None):
     return nbformat.v4.new_markdown_cell("\n".join(lines))
 
 
+def summary(result: Result, score=None, late=None) -> str:
+    """The summary a feedback page opens with, as markdown with HTML blocks: title, score line, what to fix
+    first, every test's row, repairs and interference. Platforms' results carry it too (autograder/platforms)."""
+    return _summary_cell(result, score, late).source
+
+
 _HEADER_SCORE = re.compile(r"(<h4>[^<]*?)\(Score: [^)<]*\)(</h4>)")
 
 

@@ -33,6 +33,7 @@ from autograder.wall.kernel import KernelSession
 from autograder.core.labs import LabFolder, lab_ids
 from autograder.core.limits import Limits
 from autograder.core.results import Result, Status
+from autograder.wall import container
 from autograder.wall.sandbox import SandboxConfig, launcher, prepare_workdir, require as require_sandbox
 from autograder.grading.submissions import Found, locate, students
 from genlab.testing.notebook import grade_id
@@ -72,13 +73,16 @@ class Kernels:
         self.more = True                 # another notebook follows this one: worth a spare kernel
         mp_util.Finalize(self, self.close, exitpriority=10)  # also runs when a pool worker process exits
 
-    def _start(self, warm: tuple[str, ...] = ()) -> KernelSession:
+    def _start(self, warm: tuple[str, ...] = (), reference: bool = False) -> KernelSession:
         workdir = Path(tempfile.mkdtemp(prefix="k-", dir=self.run.scratch))
         sandbox = self.run.sandbox
         argv = None
         if sandbox is not None:
             prepare_workdir(workdir)
-            argv = launcher(sandbox, workdir)
+            if sandbox.mode == container.CONTAINER:  # no namespaces: the reference kernel runs as the grader
+                argv = container.launcher(sandbox, workdir, as_grader=reference)
+            else:
+                argv = launcher(sandbox, workdir)
         session = KernelSession(workdir, self.run.limits, launcher=argv, remove_workdir=True,
                                 cgroup_limits=(sandbox.memory_bytes, sandbox.max_processes) if sandbox else None)
         session.start()
@@ -100,7 +104,7 @@ class Kernels:
         return session
 
     def reference(self) -> KernelSession:
-        return self._start()
+        return self._start(reference=True)
 
     @property
     def background(self) -> ThreadPoolExecutor | None:
@@ -142,6 +146,13 @@ class Worker:
 
 
 _worker: Worker | None = None
+
+
+def close_worker() -> None:
+    """Stops this process's kernels: the reference kernels of the labs it loaded, and any spare (worker
+    processes close theirs when they exit)."""
+    if _worker is not None:
+        _worker.close()
 
 
 def _worker_for(run: Run) -> Worker:
@@ -302,8 +313,7 @@ def grade_all(root: Path, submissions: Path, out: Path, *, workers: int = 1, lab
             grade_in_parallel(run, work, workers, report)
     finally:
         bar.close()
-        if _worker is not None:
-            _worker.close()  # this process's own kernels (worker processes close theirs when they exit)
+        close_worker()  # this process's own kernels (worker processes close theirs when they exit)
         shutil.rmtree(run.scratch, ignore_errors=True)
     if reused and progress:
         print(f"{reused} of {len(work)} notebooks unchanged since the last run: their results were reused",

@@ -253,10 +253,11 @@ def assemble_cells(g: Grading) -> None:
 
 def scan(g: Grading) -> None:
     """Every cell the student wrote is read for tampering, whether or not it is run. Looks outside the
-    kernel's folder find nothing in the sandbox: they cost no marks and are noted for the instructor."""
+    kernel's folder find nothing of the grader's (bubblewrap shows nothing there; container mode closes the
+    grader's folders to the kernel): they cost no marks and are noted for the instructor."""
     found = scan_notebook(g.assembled.student_cells)
     g.evidence += found.tampering
-    g.notes.extend(f"looked outside its own folder (the sandbox shows nothing there; no marks taken): {p}"
+    g.notes.extend(f"looked outside its own folder (nothing of the grader's is in its reach; no marks taken): {p}"
                    for p in found.probes)
 
 

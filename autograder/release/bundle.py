@@ -117,9 +117,10 @@ def check(root: Path, bundle: StudentBundle) -> StudentBundle:
     return bundle
 
 
-def build_wheel(root: Path, wheels: Path) -> Path:
+def build_wheel(root: Path, wheels: Path, labs: list[str] | None = None) -> Path:
     """The student package alone, as a wheel: ``shared/genlab`` with the project's dependencies and the
-    student's ``genlab`` command. Built offline by pip with the setuptools already installed."""
+    student's ``genlab`` command. Built offline by pip with the setuptools already installed. ``labs``: only
+    these labs' fingerprints (default: every lab's)."""
     pyproject = tomllib.loads((root / "pyproject.toml").read_text())
     project, package_data = pyproject["project"], pyproject["tool"]["setuptools"]["package-data"]
     wheels.mkdir(parents=True, exist_ok=True)
@@ -130,7 +131,8 @@ def build_wheel(root: Path, wheels: Path) -> Path:
         prints = stage / "genlab" / "assets" / "fingerprints"
         prints.mkdir(parents=True)
         for lab in discover(root):
-            torch.save(fingerprints(lab), prints / f"{lab.id}.pt")
+            if labs is None or lab.id in labs:
+                torch.save(fingerprints(lab), prints / f"{lab.id}.pt")
         (stage / "pyproject.toml").write_text(
             _student_pyproject(project, package_data["genlab"] + ["assets/fingerprints/*.pt"]))
         env = {**os.environ, "SOURCE_DATE_EPOCH": "315532800"}  # fixed timestamps: the same bytes every build

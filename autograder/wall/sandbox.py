@@ -82,6 +82,10 @@ class SandboxConfig:
     scratch_bytes: int = 512 * 2**20       # the scratch folder's tmpfs: its size ...
     scratch_files: int = 10_000            # ... and its inodes (files and folders)
     hide: list[Path] = field(default_factory=list)   # folders covered even if they lie inside a visible one
+    # "bubblewrap" (this module's launcher) or "container" (autograder.wall.container: where bubblewrap cannot
+    # create namespaces, in a platform's grading container)
+    mode: str = "bubblewrap"
+    uid: int | None = None   # container mode: the unprivileged uid this run's kernels run as (container.draw_uid)
 
 
 class SandboxUnavailable(RuntimeError):
