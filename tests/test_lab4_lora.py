@@ -19,7 +19,7 @@ from genlab.testing.notebook import LabNotebook, grade_id, nbgrader_meta
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "solutions" / "lab4_lora" / "lab4_lora.ipynb"
 RELEASE = ROOT / "labs" / "lab4_lora" / "lab4_lora.ipynb"
-MANUAL = {"init_answer": 2.0, "forgetting_answer": 3.0}
+MANUAL = {"init_answer": 2.0, "forgetting_answer": 3.0, "nf4_shares_answer": 3.0}
 
 
 def cells_by_id(path):

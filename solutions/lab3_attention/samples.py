@@ -227,3 +227,75 @@ SAMPLES["reference"] = {"cells": {}, "expect": {"full": True}}
 # grouped_query_attention: a bug there costs both functions' tests.
 DEPENDS = {"causal_attention": ["causal_attention_weights"],
            "rotary_self_attention": ["apply_rope", "grouped_query_attention"]}
+
+# -- issue 41: what the text leaves free, and the dtypes it pins -------------------------------------------------
+# generate with the Gumbel-max trick: the next token is argmax(logits / T + Gumbel noise), whose law is the softmax's;
+# the uniform draws come from `generator` (torch.rand), not from torch.multinomial. The text leaves which random numbers
+# are drawn free; the tests read frequencies and reproducibility only
+SAMPLES["lab3_variant_generate_gumbel"] = {"expect": {"full": True}, "cells": {
+    "generate":
+    "def generate(model, prompt_ids, max_new_tokens, use_kv_cache, temperature=1.0, generator=None):\n"
+    "    ids, past = prompt_ids, None\n"
+    "    with torch.no_grad():\n"
+    "        for _ in range(max_new_tokens):\n"
+    "            if use_kv_cache:\n"
+    "                logits, past = model.decode(ids if past is None else ids[:, -1:], past)\n"
+    "            else:\n"
+    "                logits = model(ids)\n"
+    "            last = logits[:, -1].double()\n"
+    "            if temperature == 0:\n"
+    "                nxt = last.argmax(dim=-1, keepdim=True)\n"
+    "            else:\n"
+    "                u = torch.rand(last.shape, generator=generator, dtype=torch.float64).clamp_min(1e-300)\n"
+    "                nxt = (last / temperature - torch.log(-torch.log(u))).argmax(dim=-1, keepdim=True)\n"
+    "            ids = torch.cat([ids, nxt], dim=1)\n"
+    "    return ids\n",
+}}
+# "accumulate in float32" applied to every dtype, and only half inputs cast back: float64 inputs give a float32 result,
+# which check_close alone lets pass against a float64 expectation (the text pins q's dtype)
+SAMPLES["lab3_bug_tiled_float32_for_float64"] = {"expect": {"failed_tests": ["tiled_attention_value"]}, "cells": {
+    "tiled_attention": TILED_HEAD +
+    "    t_q, t_k, dtype = q.shape[-2], k.shape[-2], q.dtype\n"
+    "    q, k, v = q.float() / math.sqrt(q.shape[-1]), k.float(), v.float()   # float32 sums, whatever the dtype\n"
+    "    out = []\n"
+    "    for qs in range(0, t_q, block_size):\n"
+    "        qb = q[..., qs:qs + block_size, :]\n"
+    "        last = torch.arange(qs, qs + qb.shape[-2]) + (t_k - t_q)\n"
+    "        m = torch.full(qb.shape[:-1], -math.inf)\n"
+    "        l, acc = torch.zeros_like(m), torch.zeros_like(qb)\n"
+    "        stop = min(t_k, int(last[-1]) + 1) if causal else t_k\n"
+    "        for ks in range(0, stop, block_size):\n"
+    "            s = qb @ k[..., ks:ks + block_size, :].transpose(-2, -1)\n"
+    "            if causal:\n"
+    "                s = s.masked_fill(torch.arange(ks, ks + s.shape[-1]) > last[:, None], -math.inf)\n"
+    "            m_new = torch.maximum(m, s.amax(-1))\n"
+    "            shift = torch.where(m_new == -math.inf, 0.0, m_new)\n"
+    "            p, rescale = (s - shift[..., None]).exp(), (m - shift).exp()\n"
+    "            l = l * rescale + p.sum(-1)\n"
+    "            acc = acc * rescale[..., None] + p @ v[..., ks:ks + block_size, :]\n"
+    "            m = m_new\n"
+    "        out.append(acc / torch.where(l > 0, l, 1.0)[..., None])\n"
+    "    o = torch.cat(out, dim=-2)\n"
+    "    return o.to(dtype) if dtype in (torch.float16, torch.bfloat16) else o   # float64 comes back float32\n",
+}}
+# RoPE written inline with rope_cache's float64 tables: the rotated keys come out float64 and are cached so; only the
+# attention's inputs are cast back. The text states the cache in x's dtype (a float32 x gives a float32 cache)
+SAMPLES["lab3_bug_rotary_cache_in_table_dtype"] = {"expect": {"failed_tests": ["rotary_self_attention_value"]}, "cells": {
+    "rotary_self_attention": RSA_HEAD +
+    "    b, t, c = x.shape\n"
+    "    d = c // n_heads\n"
+    "    q = (x @ w_q.T).view(b, t, n_heads, d).transpose(1, 2)\n"
+    "    k, v = (x @ w_kv.T).view(b, t, 2, -1, d).permute(2, 0, 3, 1, 4)\n"
+    "    start = 0 if past_kv is None else past_kv[0].shape[2]\n"
+    "    pos = torch.arange(start, start + t)\n"
+    "\n"
+    "    def rotate(z):\n"
+    "        half = z.shape[-1] // 2\n"
+    "        return z * cos[pos] + torch.cat([-z[..., half:], z[..., :half]], dim=-1) * sin[pos]   # the tables' dtype\n"
+    "\n"
+    "    q, k = rotate(q), rotate(k)\n"
+    "    if past_kv is not None:\n"
+    "        k, v = torch.cat([past_kv[0], k], dim=2), torch.cat([past_kv[1], v], dim=2)\n"
+    "    y = grouped_query_attention(q.to(x.dtype), k.to(x.dtype), v.to(x.dtype))\n"
+    "    return y.transpose(1, 2).reshape(b, t, c) @ w_o.T, (k, v)\n",
+}}

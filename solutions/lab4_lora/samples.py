@@ -514,3 +514,43 @@ SAMPLES["lab4_bug_nf4_rounded_index"] = {"expect": {"failed_tests": ["nf4_quanti
     "    scaled = blocks / torch.where(absmax > 0, absmax, 1.0)[:, None]\n"
     "    codes = torch.round((scaled + 1) * 7.5)   # 16 evenly spaced steps, not the nearest NF4 value\n"
     "    return codes.flatten()[:flat.numel()].to(torch.uint8), absmax\n"}}
+
+# -- issue 41: the dtypes the text pins, and lora_A's law in DoRALinear ------------------------------------------
+# the packed bytes keep the codes' dtype: uint8 codes give uint8 bytes, int64 codes int64 "bytes" (torch.equal against
+# the uint8 answer does not see it; the text pins uint8)
+SAMPLES["lab4_bug_pack_keeps_input_dtype"] = {"expect": {"failed_tests": ["pack_4bit_value"]}, "cells": {
+    "pack_4bit": PACK_HEAD +
+    "    flat = codes.flatten()\n"
+    "    if flat.numel() % 2:\n"
+    "        flat = torch.cat([flat, flat.new_zeros(1)])\n"
+    "    return (flat[0::2] << 4) | flat[1::2]\n"}}
+_DORA_OWN_A = (
+    "class DoRALinear(nn.Module):\n"
+    "    def __init__(self, base, r, alpha, rslora=False):\n"
+    "        super().__init__()\n"
+    "        if not isinstance(base, nn.Linear):\n"
+    "            raise TypeError('DoRALinear needs an nn.Linear')\n"
+    "        self.base = base\n"
+    "        base.requires_grad_(False)\n"
+    "        kw = dict(dtype=base.weight.dtype, device=base.weight.device)\n"
+    "        self.lora_A = nn.Parameter(LORA_A)\n"
+    "        self.lora_B = nn.Parameter(torch.zeros(base.out_features, r, **kw))\n"
+    "        self.scaling = lora_scaling(alpha, r, rslora)\n"
+    "        self.magnitude = nn.Parameter(base.weight.detach().norm(dim=1).clone())\n"
+    "\n"
+    "    def forward(self, x):\n"
+    "        return dora_forward(x, self.base.weight, self.base.bias, self.lora_A, self.lora_B, self.magnitude,\n"
+    "                            self.scaling)\n")
+# lora_A drawn from a normal law with std 1/sqrt(r) instead of lora_init's uniform one: the LoRALayer of Raschka's
+# "Improving LoRA: Implementing Weight-Decomposed Low-Rank Adaptation (DoRA) from Scratch" (2024), which its DoRA
+# layer reuses, draws A as torch.randn(in_dim, rank) / sqrt(rank)
+SAMPLES["lab4_bug_dora_lora_a_normal"] = {"expect": {"failed_tests": ["DoRALinear_parameters"]}, "cells": {
+    "DoRALinear": _DORA_OWN_A.replace("LORA_A", "torch.randn(r, base.in_features, **kw) / math.sqrt(r)")}}
+# lora_A zero as well as lora_B: the layer starts at the base (every other test of a new layer passes), but no
+# gradient ever reaches A or B (section 1)
+SAMPLES["lab4_bug_dora_lora_a_zero"] = {"expect": {"failed_tests": ["DoRALinear_parameters"]}, "cells": {
+    "DoRALinear": _DORA_OWN_A.replace("LORA_A", "torch.zeros(r, base.in_features, **kw)")}}
+# lora_A from torch.rand not centred: U(0, 1/sqrt(in)) instead of U(-1/sqrt(in), 1/sqrt(in)). Inside the bounds and
+# filling them, so only the test of the law (Kolmogorov-Smirnov) sees that no entry is negative
+SAMPLES["lab4_bug_dora_lora_a_rand_not_centred"] = {"expect": {"failed_tests": ["DoRALinear_parameters"]}, "cells": {
+    "DoRALinear": _DORA_OWN_A.replace("LORA_A", "torch.rand(r, base.in_features, **kw) / math.sqrt(base.in_features)")}}
