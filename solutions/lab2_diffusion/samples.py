@@ -222,7 +222,7 @@ def p_sample_step(model, xt, t, betas, alpha_bar, noise):
 
     # --- DDIM: correct variants, then one sample per catalogued bug ---------------------------------------------
     # the step from x_t and eps_hat directly, x0_hat substituted in (the "direction" written as one coefficient);
-    # sigma from a table padded with 1 at index -1; the timesteps with NumPy, as diffusers builds them
+    # sigma from a table padded with 1 at index -1; the timesteps with NumPy arithmetic (the rule of section 7.7, in float64)
     "ddim_direction_form": {"ddim_step": '''
 def ddim_step(model, xt, t, t_prev, alpha_bar, eta=0.0, noise=None):
     ab = alpha_bar.to(xt.device)
@@ -246,6 +246,25 @@ def ddim_sigma(alpha_bar, t, t_prev, eta):
     variance = (1 - a_s) / (1 - a_t) * (1 - a_t / a_s)           # diffusers' _get_variance
     return eta * torch.sqrt(variance)
 ''', "ddim_timesteps": '''
+import numpy as np
+
+
+def ddim_timesteps(num_train_steps, num_steps, spacing="trailing"):
+    if spacing not in ("leading", "trailing"):
+        raise ValueError(f"spacing must be 'leading' or 'trailing', not {spacing!r}")
+    if num_steps < 1 or num_steps > num_train_steps:
+        raise ValueError("need 1 <= num_steps <= num_train_steps")
+    if spacing == "leading":
+        steps = np.arange(0, num_steps) * (num_train_steps // num_steps)
+        return torch.from_numpy(steps[::-1].copy()).long()
+    steps = np.round(num_train_steps - np.arange(num_steps) * (num_train_steps / num_steps)) - 1
+    return torch.from_numpy(steps).long()
+'''},
+    # the trailing indices copied from diffusers' DDIMScheduler.set_timesteps (0.42.1): np.arange(T, 0, -T / n) adds
+    # up its float64 steps another way than the rule of section 7.7. It rounds some exact halves the other way
+    # (T = 7, n = 6: index 2 where the rule gives 3), and for some (T, n) it returns n + 1 indices, the last -1
+    # (T = 49, n = 22; T = 1000, n = 61)
+    "trailing_np_arange": {"ddim_timesteps": '''
 import numpy as np
 
 
@@ -295,6 +314,16 @@ def clip_x0_noise(eps_hat, xt, t, alpha_bar, limit=1.0):
     return ((xt - torch.sqrt(ab) * x0) / torch.sqrt(1 - ab)).to(xt.dtype)
 '''},
     "labels_never_dropped": {"drop_labels": bug_cell("lab2_diffusion", "labels_never_dropped")},
+    # a fixed number dropped: exactly round(p_uncond * B) labels, at random places. Every share comes out right, but the
+    # labels are not dropped independently (Ho & Salimans, Algorithm 1): the count never varies from batch to batch
+    "drop_labels_exact_count": {"drop_labels": '''
+def drop_labels(y, p_uncond, null_label, generator=None):
+    count = round(p_uncond * y.numel())
+    places = torch.randperm(y.numel(), generator=generator)[:count].to(y.device)
+    out = y.clone()
+    out.view(-1)[places] = null_label
+    return out
+'''},
     "guidance_halves_swapped": {"cfg_eps": bug_cell("lab2_diffusion", "guidance_halves_swapped")},
     "guidance_scale_as_w": {"cfg_eps": bug_cell("lab2_diffusion", "guidance_scale_as_w")},
     "alpha_prev_of_previous_ddpm_step": {"ddim_step": bug_cell("lab2_diffusion", "alpha_prev_of_previous_ddpm_step")},
@@ -328,10 +357,12 @@ EXPECTED = {
     "variance_as_std": _bug("variance_as_std", "p_sample_step"),
     "ddim_direction_form": FULL,
     "trailing_as_leading": _bug("trailing_as_leading", "ddim_timesteps"),
+    "trailing_np_arange": {"failed_tests": ["ddim_timesteps_value"]},
     "alpha_prev_of_previous_ddpm_step": _bug("alpha_prev_of_previous_ddpm_step", "ddim_step"),
     "sigma_from_one_step_beta": _bug("sigma_from_one_step_beta", "ddim_sigma"),
     "cfg_two_calls": FULL, "ddim_loop_variant": FULL,
     "labels_never_dropped": _bug("labels_never_dropped", "drop_labels"),
+    "drop_labels_exact_count": {"failed_tests": ["drop_labels_value"]},
     "guidance_halves_swapped": _bug("guidance_halves_swapped", "cfg_eps"),
     "guidance_scale_as_w": _bug("guidance_scale_as_w", "cfg_eps"),
 }

@@ -213,6 +213,14 @@ SAMPLES["lab5_bug_kid_generator_ignored"] = {"expect": {"failed_tests": ["kid_va
                      "        raise ValueError('subset_size must be between 2 and the size of each set')\n",
                      generator="")}}
 
+# the interval returned as a list [low, high] of two floats: the text asks for a tuple (low, high), as the reference and
+# bootstrap_fid's (low, high, values) return it
+SAMPLES["lab5_bug_percentile_interval_list"] = {"expect": {"failed_tests": ["percentile_interval_value"]}, "cells": {
+    "percentile_interval": "def percentile_interval(values, level=0.95):\n"
+                           "    q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)\n"
+                           "    return torch.quantile(values.double(), q).tolist()\n",
+}}
+
 # section 10, correct variants: the radii as the (k + 1)-th smallest distance (the point itself is the first), written
 # out with NumPy; ties counted inside the ball (<=, torch-fidelity's convention: the tests create none)
 SAMPLES["lab5_variant_prdc_numpy_closed_balls"] = {"expect": {"full": True}, "cells": {
