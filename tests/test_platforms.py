@@ -260,21 +260,26 @@ def _submission(kind: str, root: Path, nonce: str) -> nbformat.NotebookNode:
 
 
 def _entry(command: list[str]) -> list[str]:
-    """``command``, in a mount namespace of its own where this Python's folder is reachable by any user (as in a
-    platform's image) if it is not already: the folder no other user may enter gets a tmpfs holding only it."""
-    python = Path(sys.base_prefix).resolve()
-    for folder in (*reversed(python.parents), python):
-        st = folder.stat()
-        if not st.st_mode & 0o001:
-            blocked = folder
-            break
-    else:
+    """``command``, in a mount namespace of its own where this Python's folders are reachable by any user (as in
+    a platform's image) if they are not already: the base Python (pyenv under /root on a developer's machine)
+    and the venv (a fresh clone in a ``mktemp -d`` folder, mode 700, in CI). Each folder no other user may enter
+    gets a tmpfs holding only the child on the way to that Python."""
+    staged: dict[Path, str] = {}
+    for python in (Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()):
+        for folder in (*reversed(python.parents), python):
+            if not folder.stat().st_mode & 0o001:
+                staged.setdefault(folder, python.relative_to(folder).parts[0])
+                break
+    if not staged:
         return command
-    child = python.relative_to(blocked).parts[0]
-    script = (f'set -e; mount --bind "{blocked / child}" /mnt; '
-              f'mount -t tmpfs -o mode=755,size=1m genlab-test "{blocked}"; mkdir "{blocked / child}"; '
-              f'mount --move /mnt "{blocked / child}"; exec "$@"')
-    return ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script, "genlab-test", *command]
+    pairs = list(staged.items())
+    script = "set -e; mount -t tmpfs -o mode=755,size=1m genlab-stage /mnt; "
+    script += "".join(f'mkdir /mnt/{i}; mount --bind "{blocked / child}" /mnt/{i}; '
+                      for i, (blocked, child) in enumerate(pairs))
+    script += "".join(f'mount -t tmpfs -o mode=755,size=1m genlab-test "{blocked}"; mkdir "{blocked / child}"; '
+                      f'mount --move /mnt/{i} "{blocked / child}"; ' for i, (blocked, child) in enumerate(pairs))
+    return ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script + 'exec "$@"', "genlab-test",
+            *command]
 
 
 def run_platform(platform: str, built: dict[str, Path], kind: str, wall: str = "", course_toml: str = "") -> dict:
