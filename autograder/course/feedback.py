@@ -249,16 +249,20 @@ def write_autograded(out: Path, results, scores: dict, lates: dict) -> None:
 
 
 def write_feedback(out: Path, db_url: str, results, pool: ProcessPoolExecutor | None = None,
-                   lates: dict | None = None, autograded_written: bool = False) -> None:
+                   lates: dict | None = None) -> None:
     """Autograded notebooks (with a summary on top) and nbgrader's feedback HTML, per student and lab. With a
     ``pool``, the pages are rendered by its processes, one page per task (about a second each). ``lates``:
-    {(student, lab): Late} from :func:`autograder.course.late.apply`, shown in the score line.
-    ``autograded_written``: :func:`write_autograded` has already run with these results."""
+    {(student, lab): Late} from :func:`autograder.course.late.apply`, shown in the score line."""
     from autograder.course.export import lab_scores
 
     scores, lates = lab_scores(db_url), lates or {}
-    if not autograded_written:
-        write_autograded(out, results, scores, lates)
+    write_autograded(out, results, scores, lates)
+    _write_pages(out, db_url, results, scores, lates, pool)
+
+
+def _write_pages(out: Path, db_url: str, results, scores: dict, lates: dict,
+                 pool: ProcessPoolExecutor | None) -> None:
+    """The feedback pages, rendered from the autograded notebooks :func:`write_autograded` wrote."""
     graded = [r for r in results if r.notebook is not None]
     if pool is not None:  # one page per task, so the processes stay evenly busy
         for page in [pool.submit(_feedback_pages, out, db_url, r.lab, glob.escape(r.student)) for r in graded]:
@@ -301,10 +305,11 @@ def write_outputs(root: Path, out: Path, results: list[Result], labs: list[str],
     # before it starts, never while it reads (they once raced: a half-written notebook showed no code).
     from autograder.course.export import lab_scores
 
-    write_autograded(out, results, lab_scores(db_url), lates)
+    scores = lab_scores(db_url)
+    write_autograded(out, results, scores, lates)
     with ProcessPoolExecutor(max_workers=processes) as pool:
         report = pool.submit(write_class_report, out, db_url)
-        write_feedback(out, db_url, results, pool, lates, autograded_written=True)
+        _write_pages(out, db_url, results, scores, lates, pool)
         report.result()
 
 
