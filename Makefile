@@ -45,7 +45,7 @@ demo-all: venv  ## autograde every sample submission
 # One torch thread per process: on 2 shared cores, two threads per kernel made the notebooks up to 8x slower.
 test: venv  ## the whole suite: unit tests, grading of the samples, browser and cluster tests, nbval over the solutions
 	bash .ci/system-deps.sh  # idempotent: an older venv may predate a system package or the kernel user
-	OMP_NUM_THREADS=1 bash .ci/with-postgres.sh \
+	OMP_NUM_THREADS=1 GENLAB_STRICT_READINGS=1 bash .ci/with-postgres.sh \
 	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=15 \
 		--nbval-lax --nbval-sanitize-with .ci/nbval-sanitize.cfg tests solutions
 
