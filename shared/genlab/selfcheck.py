@@ -166,8 +166,28 @@ def _diagnose_alone(lab: str, recorder: Recorder, test_id: str | None = None):
     return found
 
 
+def policy_report(path: Path) -> list[str]:
+    """The notebook's cells that the grader would not run, each with its violations (line, construct, why): its
+    solution cells and the cells the student added, against the policy for graded code
+    (:mod:`genlab.policy`, the course's allowlist for this lab). Empty: every cell is inside the policy."""
+    import nbformat
+
+    from genlab.policy import check_cells, describe, student_policy
+    from genlab.testing.notebook import grade_id, is_setup, is_solution
+
+    path = Path(path).resolve()
+    nb = nbformat.read(str(path), as_version=4)
+    code = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    cells = [(f"cell `{grade_id(c)}`" if grade_id(c) else f"cell {i} (a cell you added)", c.source)
+             for i, c in code if is_solution(c) or grade_id(c) is None]
+    setup = "\n".join(c.source for _, c in code if is_setup(c))
+    found = check_cells(cells, student_policy(path.stem, path.parent), setup)
+    return [describe(where, violations) for where, violations in found.items()]
+
+
 def check_notebook(path: Path) -> int:
-    """``genlab check NOTEBOOK``: runs the notebook, then the visible tests of each of its functions."""
+    """``genlab check NOTEBOOK``: the policy for graded code on the student's cells, then the notebook run, then
+    the visible tests of each of its functions. Returns 1 when a cell is outside the policy."""
     import tempfile
 
     import nbformat
@@ -175,6 +195,16 @@ def check_notebook(path: Path) -> int:
     from nbclient import NotebookClient
 
     path = Path(path).resolve()
+    refused = policy_report(path)
+    if refused:
+        print("POLICY   these cells would not run when graded, and the tests of what they define would be refused:")
+        for line in refused:
+            print(f"         {line}")
+        print("         Graded cells may import only the packages the lab needs, and may not reach private (_name) "
+              "attributes, patch a library, or build names at run time: see the student guide, \"What graded "
+              "cells may do\".")
+    else:
+        print("POLICY   every cell you wrote is inside the policy for graded code")
     nb = nbformat.read(str(path), as_version=4)
     functions = list(LabNotebook(path, nb).solutions)
     nb.cells.append(nbformat.v4.new_code_cell(
@@ -186,4 +216,4 @@ def check_notebook(path: Path) -> int:
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     for output in nb.cells[-1].outputs:
         print(output.get("text", ""), end="")
-    return 0
+    return 1 if refused else 0
