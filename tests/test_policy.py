@@ -168,3 +168,15 @@ def test_genlab_check_reports_violations_before_running(tmp_path, capsys):
     lines = policy_report(path)
     assert any("cell `reparameterize`" in l and "line 1: `import importlib`" in l for l in lines), lines
     assert policy_report(LABS["lab1_vae"].release) == []
+
+
+def test_the_student_bundle_carries_the_course_policy_as_written():
+    """build_wheel writes [policy] into genlab/assets/policy.toml; read back, it is the course's table."""
+    import tomllib
+
+    from autograder.release.bundle import _policy_toml
+
+    table = tomllib.loads((ROOT / "autograder" / "course.toml").read_text())["policy"]
+    assert tomllib.loads(_policy_toml(table))["policy"] == table
+    for lab in LABS:
+        assert Policy.from_table(tomllib.loads(_policy_toml(table))["policy"], lab) == lab_policy(ROOT, lab)
