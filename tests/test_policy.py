@@ -180,3 +180,18 @@ def test_the_student_bundle_carries_the_course_policy_as_written():
     assert tomllib.loads(_policy_toml(table))["policy"] == table
     for lab in LABS:
         assert Policy.from_table(tomllib.loads(_policy_toml(table))["policy"], lab) == lab_policy(ROOT, lab)
+
+
+def test_genlab_check_in_the_kernel_reports_the_functions_cell(capsys):
+    """genlab.check("reparameterize") in a kernel prints what the grader would refuse in the cell that defined it
+    (the last such cell the kernel ran, from IPython's In), before the visible tests."""
+    from genlab.selfcheck import cell_policy_report
+
+    attack = LABS["lab1_vae"].samples["lab1_attack_watch_list_frozen"]["cells"]["reparameterize"]
+    honest = reference_sources(LABS["lab1_vae"])["reparameterize"]
+    namespace = {"In": ["", attack, "x = 1", honest], "reparameterize": None}
+    assert cell_policy_report("reparameterize", "lab1_vae", namespace, start=ROOT) == []
+    namespace["In"].append(attack)
+    [line] = cell_policy_report("reparameterize", "lab1_vae", namespace, start=ROOT)
+    assert line.startswith("the cell that defines `reparameterize` is outside the policy") and \
+        "line 1: `import importlib`" in line

@@ -46,6 +46,9 @@ def self_check(function: str, lab: str | None, namespace: dict | None = None, no
     nb = LabNotebook.read(notebook or _lab_notebook(lab))
     if function not in namespace:
         raise NameError(f"`{function}` is not defined yet: run its cell first")
+    for line in cell_policy_report(function, lab, namespace, nb.setup_source,
+                                   Path(notebook).parent if notebook else Path.cwd()):
+        print(f"POLICY   {line}")
     outcomes = []
     for test_id, outcome, recorder in visible_runs(nb, namespace, function):
         if not outcome.passed:
@@ -64,6 +67,39 @@ def self_check(function: str, lab: str | None, namespace: dict | None = None, no
     if not outcomes:
         print(f"no visible tests for `{function}` in {lab}")
     return outcomes
+
+
+def _defining_cell(function: str, namespace: dict) -> str | None:
+    """The last cell this kernel ran that defines ``function`` at its top level (IPython's ``In``), else the
+    function's own source."""
+    import ast
+    import inspect
+
+    for source in reversed(namespace.get("In", []) or []):
+        try:
+            tree = ast.parse("\n".join(l for l in source.splitlines() if not l.lstrip().startswith(("%", "!"))))
+        except SyntaxError:
+            continue
+        if any(isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == function for n in tree.body):
+            return source
+    try:
+        return inspect.getsource(namespace[function])
+    except (OSError, TypeError):
+        return None
+
+
+def cell_policy_report(function: str, lab: str, namespace: dict, setup_source: str = "",
+                       start: Path | None = None) -> list[str]:
+    """The policy for graded code (:mod:`genlab.policy`) on the cell that defined ``function`` in this kernel:
+    what the grader would refuse in it, a line per construct, empty when it is inside the policy."""
+    from genlab.policy import check_cells, describe, student_policy
+
+    source = _defining_cell(function, namespace)
+    if source is None:
+        return []
+    where = f"the cell that defines `{function}`"
+    found = check_cells([(where, source)], student_policy(lab, start), setup_source)
+    return [describe(where, found[where])] if where in found else []
 
 
 def visible_runs(nb: LabNotebook, namespace: dict, function: str):
