@@ -107,8 +107,8 @@ BAD = {
     "ctypes": ("import ctypes\n", "import ctypes"),
     "gc": ("import gc\n", "import gc"),
     "inspect": ("import inspect\n", "import inspect"),
-    "a magic": ("%timeit reparameterize(mu, logvar)\n", "get_ipython"),
-    "a shell line": ("!ls /\n", "get_ipython"),
+    "a magic": ("%timeit reparameterize(mu, logvar)\n", "%timeit reparameterize(mu, logvar)"),
+    "a shell line": ("!ls /\n", "!ls /"),
     "a dunder name": ("b = __builtins__\n", "__builtins__"),
     "a relative import": ("from . import x\n", "from . import ..."),
     "a star import": ("from torch import *\n", "from torch import *"),
@@ -193,5 +193,6 @@ def test_genlab_check_in_the_kernel_reports_the_functions_cell(capsys):
     assert cell_policy_report("reparameterize", "lab1_vae", namespace, start=ROOT) == []
     namespace["In"].append(attack)
     [line] = cell_policy_report("reparameterize", "lab1_vae", namespace, start=ROOT)
-    assert line.startswith("the cell that defines `reparameterize` is outside the policy") and \
+    assert line.startswith("the cell that defines `reparameterize` is outside the policy for graded code and would "
+                           "not run when graded") and \
         "line 1: `import importlib`" in line

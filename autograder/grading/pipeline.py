@@ -43,6 +43,7 @@ from autograder.core.sanitize import student_text
 from autograder.wall.policy import Refusals, lab_policy, refusals
 from autograder.wall.scan import scan_notebook
 from genlab.catalog import Bug, bugs_for
+from genlab.policy import student_cells
 from genlab.testing.diagnosis import diagnose
 from genlab.testing.notebook import LabNotebook, grade_id, is_setup, is_solution, is_test
 from genlab.testing.reference import Reference
@@ -273,10 +274,7 @@ def check_policy(g: Grading) -> None:
     outside it is not run, and the tests of the names it defines are ``refused`` (:func:`run_one_test`)."""
     if g.evidence or not g.lab.policy.enforce or g.student in g.limits.policy_exempt:
         return
-    cells = [(i, f"cell `{grade_id(c)}`" if grade_id(c) else f"cell {i} (a cell you added)", c.source)
-             for i, c in enumerate(g.assembled.nb.cells)
-             if c.cell_type == "code" and (is_solution(c) or grade_id(c) is None)]
-    g.refused = refusals(cells, g.lab.policy, g.lab.source.setup_source)
+    g.refused = refusals(student_cells(g.assembled.nb.cells), g.lab.policy, g.lab.source.setup_source)
     g.notes.extend(g.refused.cells.values())
 
 

@@ -284,8 +284,21 @@ def check_cells(cells: list[tuple[str, str]], policy: Policy, context: str = "")
         checker = _Checker(policy, names)
         checker.visit(tree)
         if checker.found:
-            found[where] = sorted(set(checker.found))
+            found[where] = sorted({_as_written(v, source) for v in checker.found})
     return found
+
+
+def _as_written(violation: Violation, source: str) -> Violation:
+    """A magic or shell line is checked as IPython runs it (``get_ipython().run_line_magic(...)``): named as the
+    student wrote it (``%timeit f(x)``)."""
+    lines = source.splitlines()
+    if violation.construct == "get_ipython" and 0 < violation.line <= len(lines):
+        line = lines[violation.line - 1].strip()
+        if line.startswith(("%", "!")):
+            return Violation(violation.line, line if len(line) <= 80 else line[:77] + "...",
+                             "an IPython magic or shell line runs through the kernel's shell, which graded code may "
+                             "not reach")
+    return violation
 
 
 def check_source(source: str, policy: Policy | None = None, context: str = "") -> list[Violation]:
@@ -293,10 +306,26 @@ def check_source(source: str, policy: Policy | None = None, context: str = "") -
     return check_cells([("cell", source)], policy or Policy(), context).get("cell", [])
 
 
-def describe(where: str, violations: list[Violation]) -> str:
-    """"cell `reparameterize` is outside the policy for graded code and was not run: line 3: ..."."""
-    return (f"{where} is outside the policy for graded code and was not run: "
-            + "; ".join(str(v) for v in violations))
+def student_cells(cells) -> list[tuple[int, str, str]]:
+    """(index, where, source) of the notebook cells the policy checks, in order: the solution cells ("cell
+    `reparameterize`") and the code cells a student added ("your cell after `reparameterize`")."""
+    from genlab.testing.notebook import grade_id, is_solution
+
+    out, last = [], None
+    for index, cell in enumerate(cells):
+        gid = grade_id(cell)
+        if cell.cell_type == "code" and (is_solution(cell) or gid is None):
+            where = f"cell `{gid}`" if gid else (f"your cell after `{last}`" if last else "your cell at the top")
+            out.append((index, where, cell.source))
+        last = gid or last
+    return out
+
+
+def describe(where: str, violations: list[Violation], graded: bool = True) -> str:
+    """"cell `reparameterize` is outside the policy for graded code and was not run: line 3: ..." (``graded``
+    False, for the student's self-check: "... and would not run when graded: ...")."""
+    outcome = "was not run" if graded else "would not run when graded"
+    return f"{where} is outside the policy for graded code and {outcome}: " + "; ".join(str(v) for v in violations)
 
 
 def student_policy(lab: str | None, start: Path | None = None) -> Policy:

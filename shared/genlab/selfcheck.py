@@ -99,7 +99,7 @@ def cell_policy_report(function: str, lab: str, namespace: dict, setup_source: s
         return []
     where = f"the cell that defines `{function}`"
     found = check_cells([(where, source)], student_policy(lab, start), setup_source)
-    return [describe(where, found[where])] if where in found else []
+    return [describe(where, found[where], graded=False)] if where in found else []
 
 
 def visible_runs(nb: LabNotebook, namespace: dict, function: str):
@@ -208,17 +208,15 @@ def policy_report(path: Path) -> list[str]:
     (:mod:`genlab.policy`, the course's allowlist for this lab). Empty: every cell is inside the policy."""
     import nbformat
 
-    from genlab.policy import check_cells, describe, student_policy
-    from genlab.testing.notebook import grade_id, is_setup, is_solution
+    from genlab.policy import check_cells, describe, student_cells, student_policy
+    from genlab.testing.notebook import is_setup
 
     path = Path(path).resolve()
     nb = nbformat.read(str(path), as_version=4)
-    code = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
-    cells = [(f"cell `{grade_id(c)}`" if grade_id(c) else f"cell {i} (a cell you added)", c.source)
-             for i, c in code if is_solution(c) or grade_id(c) is None]
-    setup = "\n".join(c.source for _, c in code if is_setup(c))
+    cells = [(where, source) for _index, where, source in student_cells(nb.cells)]
+    setup = "\n".join(c.source for c in nb.cells if is_setup(c))
     found = check_cells(cells, student_policy(path.stem, path.parent), setup)
-    return [describe(where, violations) for where, violations in found.items()]
+    return [describe(where, violations, graded=False) for where, violations in found.items()]
 
 
 def check_notebook(path: Path) -> int:
