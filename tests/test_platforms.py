@@ -355,7 +355,11 @@ def test_the_entry_point_grades_in_the_platforms_layout(built, platform, kind, w
         pytest.skip("container mode needs a grader running as root")
     if not wall and shutil.which("bwrap") is None:
         pytest.skip("no bubblewrap here: apt-get install bubblewrap")
-    run = run_platform(platform, built, kind, wall)
+    # The attack tests the platform's walls: it is graded without the policy for graded code ([policy] enforce =
+    # false in the course's course.toml), which would not run its cell (it imports os and subprocess, calls exec).
+    course = (ROOT / "autograder" / "course.toml").read_text()
+    course_toml = course.replace("\nenforce = true", "\nenforce = false", 1) if kind == "attack" else ""
+    run = run_platform(platform, built, kind, wall, course_toml=course_toml)
     data, tests = run["data"], _tests(run["data"], platform)
     mode = "container mode" if wall == "container" else "the bubblewrap sandbox"
     assert f"genlab: Graded in {mode}" in run["stdout"]

@@ -32,6 +32,7 @@ from autograder.course.gradebook import default_db_url
 from autograder.wall.kernel import KernelSession
 from autograder.core.labs import LabFolder, lab_ids
 from autograder.core.limits import Limits
+from autograder.wall.policy import lab_policy
 from autograder.core.results import Result, Status
 from autograder.wall import container
 from autograder.wall.sandbox import SandboxConfig, launcher, prepare_workdir, require as require_sandbox
@@ -172,7 +173,9 @@ def grade_one(run: Run, student: str, lab_id: str, found: Found, more: bool = Tr
     worker.kernels.more = more
     if not found.refused:  # unchanged since the last run: reused before anything of the lab is loaded
         folder = LabFolder(run.root, lab_id)
-        result_key = cache.key(found.path, [folder.source, folder.release, folder.bodies_file], run.limits)
+        # The lab's policy for graded code is part of the key: a changed allowlist grades every notebook again.
+        result_key = cache.key(found.path, [folder.source, folder.release, folder.bodies_file],
+                               (run.limits, lab_policy(run.root, lab_id)))
         cached = cache.load(run.out, student, lab_id, result_key)
         if cached is not None:
             return cached, True
