@@ -14,8 +14,10 @@ from genlab.policy import Policy, Violation, check_cells, describe
 
 
 def lab_policy(root: Path, lab: str) -> Policy:
-    """``[policy]`` of the course's ``autograder/course.toml``, with ``[policy.labs.<lab>]`` applied."""
-    return Policy.from_toml(Path(root) / "autograder" / "course.toml", lab)
+    """``[policy]`` of the course's ``autograder/course.toml``, with ``[policy.labs.<lab>]`` applied; a course
+    without the file (a new course's first folder, a test's) gets the checker's defaults, as its limits do."""
+    path = Path(root) / "autograder" / "course.toml"
+    return Policy.from_toml(path, lab) if path.exists() else Policy.from_table({}, lab)
 
 
 @dataclass
