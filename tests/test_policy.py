@@ -196,3 +196,18 @@ def test_genlab_check_in_the_kernel_reports_the_functions_cell(capsys):
     assert line.startswith("the cell that defines `reparameterize` is outside the policy for graded code and would "
                            "not run when graded") and \
         "line 1: `import importlib`" in line
+
+
+def test_a_class_may_keep_underscore_attributes_of_its_own_but_not_the_libraries():
+    """`self._cache` in a method is the student's own attribute (Python's style for one): a correct layer may keep
+    one. `self._C` stays refused (a method called as A.g(torch) reaches torch._C), and so do dunders and an
+    underscore attribute of anything but the method's own instance."""
+    from genlab.policy import check_source
+
+    own = ("class Q(torch.nn.Module):\n    def __init__(self, w):\n        super().__init__()\n"
+           "        self._shape = w.shape\n        self._cache = None\n"
+           "    def forward(self, x):\n        return x.view(self._shape) if self._cache is None else self._cache\n")
+    assert check_source(own) == []
+    refused = ("class A:\n    def g(self):\n        return self._C, self.__dict__\n"
+               "def f(x):\n    return x._version\n")
+    assert [v.construct for v in check_source(refused)] == ["self._C", "self.__dict__", "x._version"]

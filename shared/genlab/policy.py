@@ -21,6 +21,7 @@ What the policy does not see is listed in ``docs/trust-model.md`` (a policy on s
 from __future__ import annotations
 
 import ast
+import functools
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -97,6 +98,33 @@ class _Names:
     imported: set[str] = field(default_factory=set)
 
 
+@functools.lru_cache(maxsize=1)
+def library_private_names() -> frozenset[str]:
+    """The underscore names of the objects graded code can reach (torch, its tensors and modules, numpy, the
+    interpreter's modules, the kernel's server): ``self.<one of these>`` stays refused in a method, since a method
+    can be called on any object (``A.g(torch)``)."""
+    import builtins
+    import importlib
+    import sys
+    import types
+
+    objects = [builtins, sys, types.FunctionType, types.FrameType, types.CodeType, types.ModuleType, object, type]
+    for module, attrs in (("torch", ("", "Tensor", "nn.Module", "nn.Parameter", "autograd", "autograd.graph")),
+                          ("numpy", ("", "ndarray")), ("math", ("",)), ("genlab.testing.server", ("",)),
+                          ("genlab.testing.wire", ("",)), ("genlab", ("",))):
+        try:
+            root = importlib.import_module(module)
+        except ImportError:
+            continue
+        for path in attrs:
+            obj = root
+            for part in filter(None, path.split(".")):
+                obj = getattr(obj, part, None)
+            if obj is not None:
+                objects.append(obj)
+    return frozenset(n for obj in objects for n in dir(obj) if n.startswith("_"))
+
+
 def _dunder(name: str) -> bool:
     return len(name) > 4 and name.startswith("__") and name.endswith("__")
 
@@ -114,6 +142,8 @@ class _Checker(ast.NodeVisitor):
         self.policy, self.names = policy, names
         self.found: list[Violation] = []
         self.class_names: set[int] = set()   # ids of Name nodes a class body defines
+        self.methods: dict[int, str] = {}    # id of a method's node -> its first parameter's name (self)
+        self.instance: list[str | None] = []  # the `self` of the method being read, innermost last
 
     def flag(self, node, construct: str, why: str) -> None:
         self.found.append(Violation(getattr(node, "lineno", 0), construct, why))
@@ -162,7 +192,18 @@ class _Checker(ast.NodeVisitor):
             for target in getattr(stmt, "targets", [getattr(stmt, "target", None)]):
                 if isinstance(target, ast.Name) and _dunder(target.id):
                     self.class_names.add(id(target))
+        for stmt in node.body:      # a method's first parameter names the class's own instance (visit_Attribute)
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.args.args:
+                self.methods[id(stmt)] = stmt.args.args[0].arg
         self.generic_visit(node)
+
+    def visit_FunctionDef(self, node):
+        # a method's `self`; a function nested in a method keeps its method's (a closure over the instance)
+        self.instance.append(self.methods.get(id(node), self.instance[-1] if self.instance else None))
+        self.generic_visit(node)
+        self.instance.pop()
+
+    visit_AsyncFunctionDef = visit_FunctionDef
 
     def visit_Name(self, node):
         name = node.id
@@ -171,9 +212,16 @@ class _Checker(ast.NodeVisitor):
         elif _dunder(name) and name not in self.policy.attributes and id(node) not in self.class_names:
             self.flag(node, name, "a dunder name reaches the interpreter's machinery")
 
+    def _own_private(self, node) -> bool:
+        """``self._cache`` in a method of the cell's own class: the student's own attribute, as Python style writes
+        it (a correct ``QLoRALinear`` may keep ``self._shape``). Not a dunder, and not a private name of the
+        libraries' objects (``self._C`` in a method called as ``A.g(torch)`` would reach torch._C)."""
+        return (isinstance(node.value, ast.Name) and bool(self.instance) and node.value.id == self.instance[-1]
+                and not _dunder(node.attr) and node.attr not in library_private_names())
+
     def visit_Attribute(self, node):
         attr = node.attr
-        if attr.startswith("_") and attr not in self.policy.attributes:
+        if attr.startswith("_") and attr not in self.policy.attributes and not self._own_private(node):
             self.flag(node, _text(node), "an underscore attribute is private to the library or the interpreter "
                       f"(graded code may use {', '.join(self.policy.attributes) or 'none'})")
         elif attr in FRAME_ATTRIBUTES:
