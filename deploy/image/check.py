@@ -42,6 +42,7 @@ LAB = "lab1_vae"
 FILESYSTEM_ATTACKS = ["attack_read_solutions", "attack_write_others", "attack_gradebook"]
 PLATFORM_KINDS = {"reference": "correct", "attack_read_solutions": "attack"}
 IMAGE_PYTHON = "/opt/venv/bin/python"   # the Dockerfile's venv: setup.sh's already-installed equivalent
+GENLAB = str(Path(sys.executable).parent / "genlab")   # outside: the genlab of the venv this runs in (make's)
 
 
 def timed(argv: list[str], **kwargs) -> tuple[subprocess.CompletedProcess, float]:
@@ -69,7 +70,7 @@ def grade_demo(image: str, out: Path, workers: str) -> dict:
     pairs = representative() + [(name, LAB) for name in FILESYSTEM_ATTACKS]
     outside_subs, inside_subs = copy_samples(pairs, out / "submissions-outside"), copy_samples(pairs, out / "submissions")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    outside, outside_s = timed([str(ROOT / ".venv" / "bin" / "genlab"), "--root", str(ROOT), "grade", str(outside_subs),
+    outside, outside_s = timed([GENLAB, "--root", str(ROOT), "grade", str(outside_subs),
                                 "--out", str(out / "outside"), "--workers", workers, "--quiet"], env=env)
     print(f"outside: {len(pairs)} notebooks graded in {outside_s:.0f} s (rc {outside.returncode})", flush=True)
     (out / "inside").mkdir()
@@ -96,7 +97,7 @@ def grade_demo(image: str, out: Path, workers: str) -> dict:
 
 
 def release(out: Path) -> dict[str, Path]:
-    done, seconds = timed([str(ROOT / ".venv" / "bin" / "genlab"), "--root", str(ROOT), "release", "--gradescope",
+    done, seconds = timed([GENLAB, "--root", str(ROOT), "release", "--gradescope",
                            LAB, str(out / "gs"), "--prairielearn", LAB, str(out / "pl")])
     if done.returncode != 0:
         raise SystemExit(f"genlab release --gradescope/--prairielearn failed: {done.stderr[-3000:]}")
