@@ -74,5 +74,15 @@ screenshots: venv  ## regenerate docs/screenshots/ (each lab's widget in Jupyter
 gpu-check:  ## everything a GPU machine should prove, one command (.ci/gpu-check); writes gpu-report.md
 	$(or $(GPU_PYTHON),$(wildcard $(PY)),$(PYTHON)) .ci/gpu-check $(ARGS)
 
+.PHONY: image image-check
+# Not part of `make test`: minutes of building (docs/instructor-guide.md, "The grading image"). podman with runc;
+# IMAGE_BASE=official|local|<image> (default: the official Python image if a registry gives it, else a local
+# Debian base that deploy/image/base.sh builds with mmdebstrap); IMAGE names the result.
+image:  ## build the grading image (Dockerfile) with podman: deploy/image/build.sh
+	bash deploy/image/build.sh
+
+image-check: venv  ## grade the demo's submissions in the image and outside, compare grades.csv; the platforms' entry points in it
+	OMP_NUM_THREADS=1 $(PY) deploy/image/check.py
+
 clean:
 	rm -rf out .pytest_cache

@@ -68,6 +68,7 @@ def cmd_grade(args) -> int:
     from autograder.course.grade import grade_all, parse_shard
     from autograder.core.limits import Limits
     from autograder.core.results import table
+    from autograder.platforms.common import PlatformSettings
     from autograder.wall.sandbox import SandboxUnavailable
 
     root = _root(args)
@@ -81,7 +82,9 @@ def cmd_grade(args) -> int:
         results = grade_all(root, Path(args.submissions), Path(args.out), workers=args.workers,
                             labs=args.lab or None, limits=limits, progress=not args.quiet, unsafe=args.unsafe,
                             db_url=db, shard=parse_shard(args.shard),
-                            course_toml=Path(args.course) if args.course else None)
+                            course_toml=Path(args.course) if args.course else None,
+                            allow_container=PlatformSettings.load(root / "autograder" / "course.toml")
+                            .allow_container_mode)
     except SandboxUnavailable as exc:
         print(f"genlab grade: {exc}", file=sys.stderr)
         return 2
