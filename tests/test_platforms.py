@@ -428,7 +428,9 @@ def _grade_in_container_mode(base: Path) -> None:
     modes = {p: p.stat().st_mode for p in (ROOT / "solutions", ROOT / "autograder", ROOT / "tests", subs)}
     env = {**os.environ, common.WALL_ENV: "container", "OMP_NUM_THREADS": "1"}
     done = grading_run.run(_entry([sys.executable, "-m", "autograder.cli", "--root", str(ROOT), "grade", str(subs),
-                                   "--out", str(out), "--lab", LAB, "--quiet", "--workers", "2"]),
+                                   "--out", str(out), "--lab", LAB, "--quiet", "--workers", "2",
+                                   # the attack tests the container's walls; the policy would not run its cell
+                                   "--without-policy", "attack"]),
                            timeout=900, cwd=ROOT, env=env)
     left = [int(pid) for pid in subprocess.run(["pgrep", "-f", f"sleep {nonce}"], capture_output=True,
                                                text=True).stdout.split()]
