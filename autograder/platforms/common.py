@@ -25,6 +25,7 @@ Platform pages followed (cited again in each platform's module):
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import html
 import json
@@ -233,6 +234,26 @@ def write_results(path: Path, data: dict) -> None:
     tmp.write_text(json.dumps(data, indent=2))
     tmp.chmod(0o600)
     os.replace(tmp, path)
+
+
+def grade_and_write(lab: str, submission: Path, results: Path, to_json, lock_also=()) -> int:
+    """The tail every platform's entry point shares: grade ``submission``, then, every kernel gone, write
+    ``results/results.json`` from ``to_json(graded)`` (the platform's own schema) and print the score line."""
+    graded = grade_submission(lab, submission, results, lock_also=lock_also)
+    write_results(Path(results) / "results.json", to_json(graded))
+    if graded.result is not None:
+        print(f"genlab: {lab}: {score_text(graded.result)} in {graded.seconds:.0f} s")
+    return 0
+
+
+def entry_main(argv, prog: str, description: str, root_name: str, run) -> int:
+    """The command line every platform's entry point shares: ``--lab`` and ``--root`` (a prefix of the
+    platform's ``root_name``, for tests), then ``run(root, lab)``."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--lab", required=True)
+    parser.add_argument("--root", default=None, help=f"prefix of {root_name} (default: ${ROOT_ENV} or /)")
+    args = parser.parse_args(argv)
+    return run(Path(args.root) if args.root else platform_root(), args.lab)
 
 
 # -- what a student reads ------------------------------------------------------------------------------------

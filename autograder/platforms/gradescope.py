@@ -27,7 +27,6 @@ user and the source and results folders are closed to it (here :mod:`autograder.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
@@ -104,21 +103,13 @@ def run(root: Path, lab: str) -> int:
     if wrong:
         print(f"genlab: {wrong}", file=sys.stderr)
         return 2
-    graded = common.grade_submission(lab, base / "submission", results,
-                                     lock_also=[base / "submission_metadata.json"])
-    common.write_results(results / "results.json", results_json(graded))   # every kernel gone by now
-    if graded.result is not None:
-        print(f"genlab: {lab}: {common.score_text(graded.result)} in {graded.seconds:.0f} s")
-    return 0
+    return common.grade_and_write(lab, base / "submission", results, results_json,
+                                  lock_also=[base / "submission_metadata.json"])
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograder.platforms.gradescope",
-                                     description="Grade /autograder/submission as Gradescope's run_autograder")
-    parser.add_argument("--lab", required=True)
-    parser.add_argument("--root", default=None, help=f"prefix of /autograder (default: ${common.ROOT_ENV} or /)")
-    args = parser.parse_args(argv)
-    return run(Path(args.root) if args.root else common.platform_root(), args.lab)
+    return common.entry_main(argv, "python -m autograder.platforms.gradescope",
+                             "Grade /autograder/submission as Gradescope's run_autograder", "/autograder", run)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ summary is plain text.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import uuid
@@ -135,21 +134,13 @@ def run(root: Path, lab: str) -> int:
     if wrong:
         print(f"genlab: {wrong}", file=sys.stderr)
         return 2
-    graded = common.grade_submission(lab, grade / "student", grade / "results",
-                                     lock_also=[grade / "data", grade / "tests", grade / "serverFilesCourse"])
-    common.write_results(grade / "results" / "results.json", results_json(graded))   # every kernel gone by now
-    if graded.result is not None:
-        print(f"genlab: {lab}: {common.score_text(graded.result)} in {graded.seconds:.0f} s")
-    return 0
+    return common.grade_and_write(lab, grade / "student", grade / "results", results_json,
+                                  lock_also=[grade / "data", grade / "tests", grade / "serverFilesCourse"])
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograder.platforms.prairielearn",
-                                     description="Grade /grade/student as PrairieLearn's external grader")
-    parser.add_argument("--lab", required=True)
-    parser.add_argument("--root", default=None, help=f"prefix of /grade (default: ${common.ROOT_ENV} or /)")
-    args = parser.parse_args(argv)
-    return run(Path(args.root) if args.root else common.platform_root(), args.lab)
+    return common.entry_main(argv, "python -m autograder.platforms.prairielearn",
+                             "Grade /grade/student as PrairieLearn's external grader", "/grade", run)
 
 
 if __name__ == "__main__":
