@@ -15,7 +15,7 @@ import torch
 
 from autograder.wall import gradcheck
 from autograder.wall.channel import ChannelTampered, check_reply
-from autograder.wall.remote import KeptRecorder, RemoteFunction
+from autograder.wall.remote import KeptRecorder, RemoteFunction, _header
 from genlab.checks import CheckFailed, grad_of
 from genlab.testing import server
 
@@ -131,8 +131,10 @@ def test_functions_that_are_not_float64_capable_or_not_smooth_are_not_marked_dow
     # and a wrong gradient of the float32 function is still found, in float32
     fn = lambda x: torch.tanh(x.float()).pow(3)  # noqa: E731
     (true,) = grad_of(fn, x)
-    assert gradcheck.contradiction(session, "float32_only", {"target": "float32_only"}, (x,), {}, (true,), 5) is None
-    found = gradcheck.contradiction(session, "float32_only", {"target": "float32_only"}, (x,), {}, (true * 1.3,), 5)
+    def ask(target, args, kwargs):
+        return session.request(*_header("call", target, args, kwargs, seed=5))
+    assert gradcheck.contradiction(ask, "float32_only", {"target": "float32_only"}, (x,), {}, (true,), 5) is None
+    found = gradcheck.contradiction(ask, "float32_only", {"target": "float32_only"}, (x,), {}, (true * 1.3,), 5)
     assert found is not None and "does not match" in found
 
 
@@ -192,3 +194,22 @@ def test_a_forged_list_of_changed_arguments_is_tampering(kernel):
         fn(torch.ones(3))
     with pytest.raises(ChannelTampered, match="changed"):
         check_reply({"ok": True, "result": None, "changed": [["args", 0]]}, {}, "call")
+
+
+def norm_held_constant(w):   # DoRA's way: the norm is a constant for autograd, so the gradient is not dJ/dw
+    return w / w.detach().norm()
+
+
+def test_a_gradient_the_lab_itself_specifies_off_the_derivative_is_not_held_to_it(kernel):
+    kernel(norm_held_constant=norm_held_constant)
+    w = torch.randn(5, generator=torch.Generator().manual_seed(2))
+    session = InProcess()
+    fn, recorder = _proxy(session, "norm_held_constant")
+    grad_of(fn, w)
+    assert len(recorder.contradicted) == 1            # against its own values, it is not the derivative
+    fn = RemoteFunction(session, "norm_held_constant", recorder := KeptRecorder(), reference=norm_held_constant)
+    grad_of(fn, w)
+    assert recorder.contradicted == []                 # and neither is the reference's: the lab means it so
+    fn = RemoteFunction(session, "norm_held_constant", recorder := KeptRecorder(), reference=lambda w: w / w.norm())
+    grad_of(fn, w)
+    assert len(recorder.contradicted) == 1            # a reference whose gradient is its derivative: held to it

@@ -362,7 +362,9 @@ def run_one_test(g: Grading, test: str, cell) -> None:
     seen = len(session.channel_evidence)
     recorder = KeptRecorder(kept=g.kept)
     namespace = dict(g.test_globals)
-    namespace.update({f: RemoteFunction(session, f, recorder, g.reference_kernel, g.lab.differentiated)
+    reference = g.test_globals.get("reference")
+    namespace.update({f: RemoteFunction(session, f, recorder, g.reference_kernel, g.lab.differentiated,
+                                        reference=getattr(reference, f, None))
                       for f in g.lab.functions})
     start = time.perf_counter()
     try:

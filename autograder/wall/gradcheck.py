@@ -24,6 +24,7 @@ import random
 import torch
 from torch.utils._pytree import tree_map
 
+from genlab.checks.gradients import grad_of
 from genlab.testing import wire
 
 DIRECTIONS = 3        # random directions per gradient; each costs 4 plain calls (2 step sizes), plus 2 at x
@@ -49,32 +50,59 @@ class _Unusable(Exception):
     """The function's values cannot be used in this mode (an error, no tensor, another dtype, not finite)."""
 
 
-def contradiction(session, name: str, target: dict, args, kwargs: dict, grads, seed: int) -> str | None:
+def contradiction(ask, name: str, target: dict, args, kwargs: dict, grads, seed: int,
+                   reference=None) -> str | None:
     """Why the gradients ``grads`` the kernel reported for ``grad_of(name, *args, **kwargs)`` contradict the
-    function's own values, or None (they agree, or nothing could be checked). ``target`` addresses the function
-    in the kernel, ``seed`` is the one the gradient request ran under."""
+    function's own values, or None (they agree, or nothing could be checked). ``ask(target, args, kwargs)``
+    makes a plain call in the kernel under ``seed``, the gradient request's (its answer and tensors); ``target``
+    addresses the function there. ``reference``: the lab's own function,
+    in this process: where its autograd gradient contradicts its own values too, the lab specifies a gradient
+    that is not the derivative (Lab 4's ``dora_forward`` holds the weight's norm constant, as DoRA does), and the
+    student's is not held to the derivative either."""
     kwargs = dict(kwargs)
     wrt = kwargs.pop("wrt", (0,))
     grad_output = kwargs.pop("grad_output", None)
     positions = (wrt,) if isinstance(wrt, int) else tuple(wrt)
+    # Every call of the check differentiates the same inputs, so the outputs that reach them require grad.
+    declared = list(target.get("activations", ()))
+    target = {**target, "activations": sorted(set(declared) | set(positions))}
+
+    def remote(point, point_kwargs, weights, evaluation):
+        return _objective(ask, target, point, point_kwargs, weights, evaluation)
+
+    found = _verify(remote, name, args, kwargs, grad_output, positions, grads, seed)
+    if found is None or reference is None:
+        return found
+    try:
+        with _seeded(seed):
+            theirs = grad_of(reference, *args, wrt=positions, grad_output=grad_output, **kwargs)
+
+        def local(point, point_kwargs, weights, evaluation):
+            return _local_objective(reference, point, point_kwargs, weights, seed, evaluation, positions)
+
+        if _verify(local, name, args, kwargs, grad_output, positions, theirs, seed) is not None:
+            return None
+    except Exception:  # noqa: BLE001 - the reference fails on these inputs: it says nothing either way
+        pass
+    return found
+
+
+def _verify(evaluate, name, args, kwargs, grad_output, positions, grads, seed) -> str | None:
     checked = [(i, g) for i, g in zip(positions, grads if isinstance(grads, (tuple, list)) else ())
                if isinstance(g, torch.Tensor) and isinstance(args[i], torch.Tensor) and g.shape == args[i].shape
                and g.is_floating_point() and args[i].is_floating_point()]
     if not checked:
         return None
-    # Every call of the check differentiates the same inputs, so the outputs that reach them require grad.
-    declared = list(target.get("activations", ()))
-    target = {**target, "activations": sorted(set(declared) | set(positions))}
-    generator = torch.Generator().manual_seed(seed % 2**63)
     for dtype in (torch.float64, None):
-        try:
-            return _check(session, name, target, args, kwargs, grad_output, checked, seed, generator, dtype)
+        try:   # the same directions in each mode, and for the reference
+            generator = torch.Generator().manual_seed(seed % 2**63)
+            return _check(evaluate, name, args, kwargs, grad_output, checked, generator, dtype)
         except _Unusable:
             continue
     return None
 
 
-def _check(session, name, target, args, kwargs, grad_output, checked, seed, generator, dtype) -> str | None:
+def _check(evaluate, name, args, kwargs, grad_output, checked, generator, dtype) -> str | None:
     def cast(t):
         if isinstance(t, torch.Tensor) and t.is_floating_point() and dtype is not None:
             return t.detach().to(dtype)
@@ -89,8 +117,7 @@ def _check(session, name, target, args, kwargs, grad_output, checked, seed, gene
     eps = torch.finfo(evaluation).eps
 
     def value(point) -> tuple[float, float]:
-        return _objective(session, target, point, kwargs, weights, seed, evaluation)
-
+        return evaluate(point, kwargs, weights, evaluation)
     centre, size = value(args)
     again, _ = value(args)
     if centre != again:
@@ -138,20 +165,35 @@ def _check(session, name, target, args, kwargs, grad_output, checked, seed, gene
     return None
 
 
-def _objective(session, target, args, kwargs, weights, seed, evaluation: torch.dtype) -> tuple[float, float]:
+def _objective(ask, target, args, kwargs, weights, evaluation: torch.dtype) -> tuple[float, float]:
     """J = sum(output * grad_output) over the outputs connected to the differentiated inputs, and the sum of
     |output * grad_output| (the size of what J sums, for its rounding), from a plain call in the kernel."""
-    from autograder.wall.remote import _header
-    from genlab.checks.gradients import _grad_outputs
-
-    header, encoder = _header("call", target, args, kwargs, seed=seed)
-    reply, tensors = session.request(header, encoder)
+    reply, tensors = ask(target, args, kwargs)
     if not reply["ok"]:
         raise _Unusable
     try:
         result = wire.decode(reply["result"], tensors, handle_factory=lambda *a: None)
     except Exception:  # noqa: BLE001 - checked before by the channel; anything else is no value to use
         raise _Unusable from None
+    return _weighted(result, weights, evaluation)
+
+
+def _local_objective(fn, args, kwargs, weights, seed, evaluation, positions) -> tuple[float, float]:
+    """The same J for a function in this process (the lab's reference), on the same kind of inputs."""
+    from genlab.checks.gradients import activation_inputs
+
+    args, _ = activation_inputs(args, positions)
+    try:
+        with _seeded(seed), torch.enable_grad():
+            result = fn(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - no value at this point
+        raise _Unusable from None
+    return _weighted(result, weights, evaluation)
+
+
+def _weighted(result, weights, evaluation) -> tuple[float, float]:
+    from genlab.checks.gradients import _grad_outputs
+
     outputs = [result] if isinstance(result, torch.Tensor) else result
     if not (isinstance(outputs, (tuple, list)) and outputs and all(isinstance(o, torch.Tensor) for o in outputs)):
         raise _Unusable
@@ -167,3 +209,17 @@ def _objective(session, target, args, kwargs, weights, seed, evaluation: torch.d
     if total != total or abs(total) == float("inf"):
         raise _Unusable
     return total, size
+
+
+class _seeded:
+    """torch's CPU generator forked and seeded, as the kernel's server does for the request (server._seeded)."""
+
+    def __init__(self, seed: int):
+        self.seed, self.fork = seed, torch.random.fork_rng(devices=[])
+
+    def __enter__(self):
+        self.fork.__enter__()
+        torch.manual_seed(self.seed)
+
+    def __exit__(self, *exc):
+        return self.fork.__exit__(*exc)

@@ -133,7 +133,7 @@ def _header(kind: str, target: dict, args, kwargs, **extra) -> tuple[dict, wire.
 
 
 def _request(session, recorder: Recorder, kind: str, name: str, args, kwargs, target: dict,
-             objects: tuple = (), **extra):
+             objects: tuple = (), reference=None, **extra):
     call = Call(kind, name, detached(tuple(args)), detached(dict(kwargs)))  # the arguments as they were sent
     if kind == "grad_of":   # torch's generators seeded alike for the gradient and the calls that check it
         extra = {**extra, "seed": gradcheck.new_seed()}
@@ -180,7 +180,7 @@ def _request(session, recorder: Recorder, kind: str, name: str, args, kwargs, ta
         if os_peak is not None:
             call.result = verified_peak(call.result, os_peak)
         if kind == "grad_of":
-            _verify_gradient(session, recorder, name, target, args, kwargs, call.result, extra["seed"])
+            _verify_gradient(session, recorder, name, target, args, kwargs, call.result, extra["seed"], reference)
         return call.result
     finally:   # whatever came back, the call is kept for diagnosis only within the notebook's budget
         _keep(recorder, call)
@@ -242,11 +242,15 @@ def _tampering(session, evidence: str) -> Exception:
     return ChannelTampered(evidence)
 
 
-def _verify_gradient(session, recorder, name: str, target: dict, args, kwargs, grads, seed: int) -> None:
+def _verify_gradient(session, recorder, name: str, target: dict, args, kwargs, grads, seed: int,
+                     reference=None) -> None:
     """A reported gradient against the function's own values (autograder.wall.gradcheck): a contradiction fails
     the test once it has run (its own checks speak first: KeptRecorder.contradicted), or at once where no
     test collects it."""
-    problem = gradcheck.contradiction(session, name, target, args, kwargs, grads, seed)
+    def ask(target_, args_, kwargs_):   # a plain call, under the gradient request's seed, not recorded
+        return session.request(*_header("call", target_, args_, kwargs_, seed=seed))
+
+    problem = gradcheck.contradiction(ask, name, target, args, kwargs, grads, seed, reference)
     if problem is None:
         return
     pending = getattr(recorder, "contradicted", None)
@@ -311,8 +315,9 @@ class RemoteFunction:
     """A student's top-level function, called through the kernel. See the module docstring."""
 
     def __init__(self, session, name: str, recorder: Recorder, reference_session=None,
-                 differentiated: dict | None = None):
+                 differentiated: dict | None = None, reference=None):
         self.__name__ = name
+        self._reference = reference   # the lab's own function, in this process (a gradient's check uses it)
         self._session, self._recorder = session, recorder
         self._reference_session = reference_session
         # The positions every call makes activations (the inputs a test takes the gradient for), and those of
@@ -335,7 +340,7 @@ class RemoteFunction:
     # -- measurements, dispatched here by genlab.checks (see genlab.checks.remote) --------------------
     def __genlab_measure__(self, kind: str, args, kwargs):
         return _request(self._session, self._recorder, kind, self.__name__, args, kwargs, self._target,
-                        objects=self._objects)
+                        objects=self._objects, reference=self._reference)
 
     def __genlab_time_ratio__(self, reference, args, kwargs, *, rounds: int = 5, min_loop_s: float = 0.05):
         """Ratio of the best rounds, student over reference, timed from *outside* both kernels.
