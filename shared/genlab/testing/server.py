@@ -71,8 +71,9 @@ def _watched() -> dict[str, object]:
             watched[f"genlab.checks.{name}"] = getattr(checks, name)
     from genlab.checks import gradients
 
-    # what a gradient request runs around the student's call, and what makes every call's activations
-    for name in ("grad_inputs", "grads_from", "activation_inputs"):
+    # what a gradient request runs around the student's call, what makes every call's activations, and what
+    # finds one changed in place
+    for name in ("grad_inputs", "grads_from", "activation_inputs", "modified_positions", "same_bytes"):
         watched[f"genlab.checks.gradients.{name}"] = getattr(gradients, name)
     from genlab.checks import memory
 
@@ -83,7 +84,8 @@ def _watched() -> dict[str, object]:
         watched[f"genlab.checks.memory._StorageTracker.{name}"] = tracker.__dict__.get(name)
     watched["genlab.checks.memory._storage"] = memory._storage
     this = sys.modules[__name__]
-    for name in ("_run", "_call", "_calls", "_copies", "_activated"):  # how every kind of call is made
+    # how every kind of call is made, and how its arguments are compared after it
+    for name in ("_run", "_call", "_calls", "_copies", "_activated", "_made", "_snapshot", "_seeded"):
         watched[f"genlab.testing.server.{name}"] = getattr(this, name)
     # The CUDA API exists on CPU builds too; a notebook that fakes it is tampering even where it is unused.
     for name in ("Event.elapsed_time", "Event.record", "Event.synchronize", "synchronize", "max_memory_allocated",
@@ -333,10 +335,7 @@ def _run(header: dict, args, kwargs):
     if kind in ("call", "grad_of", "timed_loop"):
         # One path for plain calls, gradient calls and timed calls: the function is called by `_call`, called
         # here with the same locals, under the same grad mode, so its callers' frames do not say which it is.
-        made = activations
-        if kind == "grad_of":   # the differentiated inputs are activations too (gradients.grad_inputs)
-            wrt = kwargs.get("wrt", (0,))
-            made = tuple(dict.fromkeys(((wrt,) if isinstance(wrt, int) else tuple(wrt)) + activations))
+        made = _made(kind, kwargs, activations)   # the same locals in every kind of call: its frame tells nothing
         calls, finish = _calls(kind, header, args, kwargs, activations)
         # A plain or gradient call's other tensor arguments, as they came: compared, byte for byte, after it.
         # Not in a timed loop, nor on staged inputs (a memory watch's calls, whose copies the OS would count):
@@ -354,6 +353,15 @@ def _run(header: dict, args, kwargs):
             return None
         return finish(result)
     raise ValueError(f"unknown request kind {kind!r}")
+
+
+def _made(kind: str, kwargs: dict, activations: tuple) -> tuple:
+    """The positions a call's activations are at: a gradient call's differentiated inputs are activations too
+    (gradients.grad_inputs)."""
+    if kind != "grad_of":
+        return activations
+    wrt = kwargs.get("wrt", (0,))
+    return tuple(dict.fromkeys(((wrt,) if isinstance(wrt, int) else tuple(wrt)) + activations))
 
 
 def _tensors(tree, path: tuple):
