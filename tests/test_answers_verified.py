@@ -213,3 +213,15 @@ def test_a_gradient_the_lab_itself_specifies_off_the_derivative_is_not_held_to_i
     fn = RemoteFunction(session, "norm_held_constant", recorder := KeptRecorder(), reference=lambda w: w / w.norm())
     grad_of(fn, w)
     assert len(recorder.contradicted) == 1            # a reference whose gradient is its derivative: held to it
+
+
+def drawn_elsewhere(x):   # random numbers from Python's generator: the values cannot be reproduced, nor checked
+    import random
+    return x * (1 + random.random())
+
+
+def test_a_function_whose_values_are_not_reproducible_cannot_pass_off_a_gradient(kernel):
+    kernel(drawn_elsewhere=drawn_elsewhere)
+    fn, recorder = _proxy(InProcess(), "drawn_elsewhere")
+    grad_of(fn, torch.ones(3))
+    assert len(recorder.contradicted) == 1 and "different values for the same inputs" in recorder.contradicted[0]

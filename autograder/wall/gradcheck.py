@@ -120,7 +120,9 @@ def _check(evaluate, name, args, kwargs, grad_output, checked, generator, dtype)
         return evaluate(point, kwargs, weights, evaluation)
     centre, size = value(args)
     again, _ = value(args)
-    if centre != again:
+    # Equal up to rounding (a reduction whose order varies, as some GPU kernels' do); a draw not taken from
+    # torch's seeded generators moves J by far more.
+    if abs(centre - again) > 8 * eps * size:
         return (f"{name} gave different values for the same inputs, twice, with torch's generator seeded the same "
                 f"({centre!r}, then {again!r}), so the gradient your kernel reported cannot be checked against "
                 "them. Expected a function of its inputs (and of torch's random numbers): draw with torch "
