@@ -386,7 +386,9 @@ def run_one_test(g: Grading, test: str, cell) -> None:
     seen = len(session.channel_evidence)
     recorder = KeptRecorder(kept=g.kept)
     namespace = dict(g.test_globals)
-    namespace.update({f: RemoteFunction(session, f, recorder, g.reference_kernel, g.lab.differentiated)
+    reference = g.test_globals.get("reference")
+    namespace.update({f: RemoteFunction(session, f, recorder, g.reference_kernel, g.lab.differentiated,
+                                        reference=getattr(reference, f, None))
                       for f in g.lab.functions})
     start = time.perf_counter()
     try:
@@ -402,6 +404,8 @@ def run_one_test(g: Grading, test: str, cell) -> None:
     except KernelLost as exc:
         outcome = Outcome(test, Status.KILLED, str(exc), time.perf_counter() - start)
     outcome.status = Status(outcome.status)
+    if outcome.status == Status.PASSED and recorder.contradicted:   # a gradient the function's values deny
+        outcome = Outcome(test, Status.FAILED, "; ".join(recorder.contradicted), outcome.seconds)
     # A forged answer is tampering even where the test's own code caught the exception it raised.
     forged = [_channel_evidence(e) for e in session.channel_evidence[seen:]]
     if forged:

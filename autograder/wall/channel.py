@@ -269,13 +269,20 @@ def check_reply(reply, tensors: dict[str, torch.Tensor], kind: str) -> dict:
         return {"ok": False, "error": {"type": _error_type(error.get("type", "Exception")),
                                        "message": student_text(error.get("message", ""), 4000),
                                        "traceback": student_text(error.get("traceback", ""), 6000)}}
-    if not set(reply) <= {"ok", "result", "modes", "identities", "modified"} or "result" not in reply:
+    if not set(reply) <= {"ok", "result", "modes", "identities", "modified", "changed"} or "result" not in reply:
         raise _malformed("an answer with unknown fields or no 'result'")
     modified = reply.get("modified", [])
     if type(modified) is not list or len(modified) > 64 or not all(type(i) is int and 0 <= i < 64 for i in modified):
         raise _malformed("'modified' is not a list of argument positions")
     if "identities" in reply and not _identities(reply["identities"]):
         raise _malformed("the watched objects' identities after the measurement are not a list of [name, id] pairs")
+    changed = reply.get("changed", [])
+    if type(changed) is not list or len(changed) > 1000 or not all(
+            type(c) is list and len(c) == 2 and _path(c[0]) and type(c[1]) is dict and "__tensor__" in c[1]
+            for c in changed):
+        raise _malformed("'changed' is not a list of [argument path, tensor] pairs")
+    for _, tensor in changed:
+        check_tree(tensor, tensors)
     result, modes = reply["result"], reply.get("modes", [])
     if type(modes) is not list or not all(type(m) is dict and all(type(v) is bool for v in m.values())
                                           for m in modes):
@@ -297,4 +304,12 @@ def check_reply(reply, tensors: dict[str, torch.Tensor], kind: str) -> dict:
         checked["identities"] = reply["identities"]
     if modified:
         checked["modified"] = modified
+    if changed:
+        checked["changed"] = changed
     return checked
+
+
+def _path(value) -> bool:
+    """Where an argument sits in a call: ["args", 0, ...] or ["kwargs", "name", ...], list indices and dict keys."""
+    return type(value) is list and 2 <= len(value) <= MAX_DEPTH and value[0] in ("args", "kwargs") and all(
+        (type(k) is int and 0 <= k < 10**6) or (type(k) is str and len(k) <= 200) for k in value[1:])

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from autograder.core.sanitize import student_text
+from autograder.wall import gradcheck
 from genlab.testing import wire
 from genlab.testing.calls import Call, Recorder, detached
 from genlab.testing.wire import student_error
@@ -66,8 +67,11 @@ class KeptCalls:
 
 @dataclass
 class KeptRecorder(Recorder):
-    """A test's recorder whose calls count against the notebook's :class:`KeptCalls`."""
+    """A test's recorder whose calls count against the notebook's :class:`KeptCalls`; ``contradicted``: why
+    gradients the kernel reported contradict the function's own values (the test fails on them once it has run,
+    pipeline.run_one_test, so that its own checks, and their messages, come first)."""
     kept: KeptCalls | None = None
+    contradicted: list[str] = field(default_factory=list)
 
 
 def _keep(recorder: Recorder, call: Call) -> None:
@@ -129,8 +133,10 @@ def _header(kind: str, target: dict, args, kwargs, **extra) -> tuple[dict, wire.
 
 
 def _request(session, recorder: Recorder, kind: str, name: str, args, kwargs, target: dict,
-             objects: tuple = (), **extra):
+             objects: tuple = (), reference=None, **extra):
     call = Call(kind, name, detached(tuple(args)), detached(dict(kwargs)))  # the arguments as they were sent
+    if kind == "grad_of":   # torch's generators seeded alike for the gradient and the calls that check it
+        extra = {**extra, "seed": gradcheck.new_seed()}
     # The reply is checked (autograder.wall.channel.check_reply): its fields have the types used here, and the
     # kernel's text in it is cleaned and capped.
     os_peak = None
@@ -150,6 +156,8 @@ def _request(session, recorder: Recorder, kind: str, name: str, args, kwargs, ta
             err = reply["error"]
             call.error = err["type"]
             raise student_error(call.error, err["message"], err["traceback"])
+        if reply.get("changed"):    # the function changed other tensor arguments in place: so are the test's
+            _write_back(session, name, args, kwargs, reply["changed"], tensors)
         if reply.get("modified"):   # the function changed an activation it was given in place
             from genlab.checks import CheckFailed
             from genlab.checks.gradients import modified_message
@@ -171,9 +179,86 @@ def _request(session, recorder: Recorder, kind: str, name: str, args, kwargs, ta
             raise session.note_tampering(f"the kernel's answer could not be decoded ({type(exc).__name__})") from None
         if os_peak is not None:
             call.result = verified_peak(call.result, os_peak)
+        if kind == "grad_of":
+            _verify_gradient(session, recorder, name, target, args, kwargs, call.result, extra["seed"], reference)
         return call.result
     finally:   # whatever came back, the call is kept for diagnosis only within the notebook's budget
         _keep(recorder, call)
+
+
+def _write_back(session, name: str, args, kwargs, changed: list, tensors: dict) -> None:
+    """Writes what the function did in place to its tensor arguments in the kernel into the test's own tensors,
+    so that a test's ``unchanged`` assertion reads them as it does in the student's notebook (the kernel got
+    copies). Each entry is [path, tensor]: ``["args", 0]``, ``["kwargs", "y"]``, deeper into lists and dicts."""
+    import torch
+    from genlab.checks import CheckFailed
+
+    roots = {"args": tuple(args), "kwargs": dict(kwargs)}
+    for path, tree in changed:
+        node = roots[path[0]]
+        for key in path[1:]:
+            if isinstance(node, (tuple, list)) and type(key) is int and key < len(node):
+                node = node[key]
+            elif isinstance(node, dict) and type(key) is str and key in node:
+                node = node[key]
+            else:
+                node = None
+                break
+        where = _where(path)
+        if not isinstance(node, torch.Tensor):
+            raise _tampering(session, f"the kernel reported {where} of {name} changed in place, and the call "
+                                      "has no tensor there")
+        try:
+            new = wire.decode(tree, tensors).detach().to(node.device)
+        except Exception:  # noqa: BLE001 - checked before, so only a forged answer gets here
+            raise _tampering(session, "the kernel's answer could not be decoded (an argument changed in place)")
+        try:
+            with torch.no_grad():
+                if new.shape == node.shape and new.dtype == node.dtype:
+                    node.copy_(new)
+                else:   # resized, or given another dtype (x.data = ...): as the notebook's tensor would be
+                    node.data = new
+        except RuntimeError as exc:
+            raise CheckFailed(f"{name} changed its {where} in place, and the change cannot be written into the "
+                              f"test's tensor ({student_text(str(exc).splitlines()[0], 200)}). Expected the "
+                              "argument left as it was: compute on a copy (x.clone()) or with out-of-place ops "
+                              "(x + 1, not x += 1)") from None
+
+
+def _where(path: list) -> str:
+    if path[0] == "args":
+        head = f"argument {path[1]}"
+    else:
+        head = f"argument `{path[1]}`"
+    return head + "".join(f"[{k!r}]" for k in path[2:])
+
+
+def _tampering(session, evidence: str) -> Exception:
+    note = getattr(session, "note_tampering", None)
+    if note is not None:
+        return note(evidence)
+    from autograder.wall.channel import ChannelTampered
+
+    return ChannelTampered(evidence)
+
+
+def _verify_gradient(session, recorder, name: str, target: dict, args, kwargs, grads, seed: int,
+                     reference=None) -> None:
+    """A reported gradient against the function's own values (autograder.wall.gradcheck): a contradiction fails
+    the test once it has run (its own checks speak first: KeptRecorder.contradicted), or at once where no
+    test collects it."""
+    def ask(target_, args_, kwargs_):   # a plain call, under the gradient request's seed, not recorded
+        return session.request(*_header("call", target_, args_, kwargs_, seed=seed))
+
+    problem = gradcheck.contradiction(ask, name, target, args, kwargs, grads, seed, reference)
+    if problem is None:
+        return
+    pending = getattr(recorder, "contradicted", None)
+    if pending is None:
+        from genlab.checks import CheckFailed
+
+        raise CheckFailed(problem)
+    pending.append(student_text(problem, 2000))
 
 
 def _measured_peak(session, target: dict, args, kwargs, extra: dict):
@@ -230,8 +315,9 @@ class RemoteFunction:
     """A student's top-level function, called through the kernel. See the module docstring."""
 
     def __init__(self, session, name: str, recorder: Recorder, reference_session=None,
-                 differentiated: dict | None = None):
+                 differentiated: dict | None = None, reference=None):
         self.__name__ = name
+        self._reference = reference   # the lab's own function, in this process (a gradient's check uses it)
         self._session, self._recorder = session, recorder
         self._reference_session = reference_session
         # The positions every call makes activations (the inputs a test takes the gradient for), and those of
@@ -254,7 +340,7 @@ class RemoteFunction:
     # -- measurements, dispatched here by genlab.checks (see genlab.checks.remote) --------------------
     def __genlab_measure__(self, kind: str, args, kwargs):
         return _request(self._session, self._recorder, kind, self.__name__, args, kwargs, self._target,
-                        objects=self._objects)
+                        objects=self._objects, reference=self._reference)
 
     def __genlab_time_ratio__(self, reference, args, kwargs, *, rounds: int = 5, min_loop_s: float = 0.05):
         """Ratio of the best rounds, student over reference, timed from *outside* both kernels.

@@ -717,6 +717,68 @@ display(Markdown('| step | formula |\n|---|---|\n' + '\n'.join(_rows)))
 """},
     "expect": {"full": True, "feedback_shows": ["<mtext>honest</mtext>"]}}
 
+# -- answers verified, not trusted (issue 39) ------------------------------------------------------------------
+# A reparameterize wrong in value and gradient (the variance for the standard deviation) that remembers its
+# inputs, and a hook on the socket's send that rewrites every gradient answer (a measured answer, with the
+# watched identities, whose result is a pair of tensors) into the reference's gradients for those inputs: a
+# well-formed answer the channel took, and the gradient test passed on it. The grader now checks a reported
+# gradient against finite differences of the function's own values (autograder.wall.gradcheck): they contradict
+# it. The control is the same wrong function without the hook: its own gradient fails the test's comparison.
+# (The hook is outside the policy for graded code, below: the attack is graded without it, POLICY_OFF, to show
+# that the check of gradients holds on its own; so is lab1_attack_version_reset. Their controls are inside it.)
+_REMEMBERING = {"reparameterize": "_seen = []\n\n" + REPARAM_HEAD +
+                "    if eps is None:\n        eps = torch.randn_like(mu)\n"
+                "    _seen.append((mu.detach().clone(), logvar.detach().clone(), eps.detach().clone()))\n"
+                "    return mu + torch.exp(logvar) * eps\n"}
+_GRAD_REWRITE = '''
+_s, _st, _js = __import__('soc' + 'ket'), __import__('str' + 'uct'), __import__('js' + 'on')
+_sf = __import__('safe' + 'tensors.torch', fromlist=['load'])
+_real = getattr(_s.socket, 'send' + 'all')
+_F = _st.Struct('!4s16sIQ')
+def _put(self, data, *args):
+    data = bytes(data)
+    if data[:4] == b'GLR1' and len(data) >= _F.size and _seen:
+        _magic, _rid, _tl, _bl = _F.unpack(data[:_F.size])
+        _text = data[_F.size:_F.size + _tl]
+        _reply = _js.loads(_text)
+        _res = _reply.get('result')
+        if 'identities' in _reply and isinstance(_res, dict) and len(_res.get('__tuple__', [])) == 2:
+            _t = _sf.load(data[_F.size + _tl:])
+            mu, logvar, eps = _seen[-1]
+            w = torch.randn(mu.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64).to(mu.dtype)
+            for _entry, _g in zip(_res['__tuple__'], (w, 0.5 * torch.exp(0.5 * logvar) * eps * w)):
+                _t[_entry['__tensor__']] = _g.contiguous()
+            _blob = _sf.save(_t)
+            data = _F.pack(_magic, _rid, _tl, len(_blob)) + _text + _blob
+    return _real(self, data, *args)
+setattr(_s.socket, 'send' + 'all', _put)
+'''
+SAMPLES["lab1_attack_grad_rewrite"] = {
+    "cells": _REMEMBERING, "after": {"reparameterize": _GRAD_REWRITE},
+    "expect": {"full": False, "failed_tests": ["reparameterize_value", "reparameterize_gradient"],
+               "status": {"reparameterize_gradient": "failed", "reparameterize_shape": "passed"},
+               "message": {"reparameterize_gradient": "does not match the function's own values"}}}
+SAMPLES["lab1_control_grad_wrong"] = {
+    "cells": _REMEMBERING,
+    "expect": {"full": False, "failed_tests": ["reparameterize_value", "reparameterize_gradient"],
+               "status": {"reparameterize_gradient": "failed", "reparameterize_shape": "passed"}}}
+# The closed form, right in value, that then zeroes the caller's mu in place (in training, the encoder's output,
+# which reparameterize uses next) and sets mu's version counter back to 0 through a torch call: the kernel's
+# in-place check read that counter, and the value test passed. Activations are now compared with their leaves by
+# their bytes. Its gradient is wrong too (backward reads the zeroed mu: autograd's own check of saved tensors
+# reads the counter as well). The control changes mu the same way and leaves the counter alone.
+_ZEROED = ("    kl = -0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp(), dim=-1)\n"
+           "    with torch.no_grad():\n        mu.mul_(0)\n")
+SAMPLES["lab1_attack_version_reset"] = {"cells": {"gaussian_kl": KL_HEAD + _ZEROED +
+    "    _ag = getattr(getattr(torch, '_' + 'C'), '_auto' + 'grad')\n"
+    "    getattr(_ag, '_unsafe_set_' + 'version_counter')((mu,), (0,))\n    return kl\n"},
+    "expect": {"full": False, "failed_tests": ["gaussian_kl_value", "gaussian_kl_gradient"],
+               "status": {"gaussian_kl_value": "failed"},
+               "message": {"gaussian_kl_value": "gaussian_kl changed its argument 0 in place"}}}
+SAMPLES["lab1_control_version_kept"] = {"cells": {"gaussian_kl": KL_HEAD + _ZEROED + "    return kl\n"},
+    "expect": {"full": False, "failed_tests": ["gaussian_kl_value", "gaussian_kl_gradient"],
+               "status": {"gaussian_kl_value": "failed"},
+               "message": {"gaussian_kl_value": "gaussian_kl changed its argument 0 in place"}}}
 # -- the policy for graded code (issue 39): an allowlist checked on the syntax tree of every cell that runs --------
 # A student who read the grader froze the kernel's list of watched objects (the function that builds it is not
 # itself watched), then replaced torch.allclose: the kernel's comparison and the grader's both saw no change. The
@@ -788,6 +850,7 @@ POLICY_OFF = ("fault_exit", "fault_crash_in_call", "fault_sys_exit", "fault_segf
               "lab1_attack_stop_reading", "lab1_control_slow_reader", "lab1_attack_fill_scratch",
               "lab1_control_scratch_files", "attack_tensor_subclass", "lab1_attack_answer_other_request",
               "lab1_attack_answer_stall", "lab1_attack_integrity_shape", "lab1_attack_huge_error",
-              "lab1_attack_snapshot_again", "lab1_attack_racing_patch", "lab1_attack_code_swap")
+              "lab1_attack_snapshot_again", "lab1_attack_racing_patch", "lab1_attack_code_swap",
+              "lab1_attack_grad_rewrite", "lab1_attack_version_reset")
 for _name in POLICY_OFF:
     SAMPLES[_name]["policy"] = "off"

@@ -293,6 +293,33 @@ def drop_labels(y, p_uncond, null_label, generator=None):
     out[~keep] = null_label
     return out
 '''},
+    # --- arguments changed in place (issue 41, class 1): the grader writes the kernel's changes back into the
+    # test's tensors, so the tests that say t_prev and y stay as they were fail as they do in the notebook
+    # t_prev clamped in place, after the mask of the clean image was taken: every sigma right, the caller's t_prev
+    # changed (the sampler reuses it)
+    "ddim_sigma_clamps_t_prev": {"ddim_sigma": '''
+def ddim_sigma(alpha_bar, t, t_prev, eta):
+    clean = t_prev < 0
+    a_t = alpha_bar[t]
+    a_prev = torch.where(clean, torch.ones_like(a_t), alpha_bar[t_prev.clamp_(min=0)])
+    return eta * ((1 - a_prev) / (1 - a_t) * (1 - a_t / a_prev)).sqrt()
+'''},
+    # the same clamp in place, on its own copy: free ("t and t_prev are not modified" says nothing of copies)
+    "ddim_sigma_clamps_a_copy": {"ddim_sigma": '''
+def ddim_sigma(alpha_bar, t, t_prev, eta):
+    index = t_prev.clone()
+    clean = index < 0
+    a_t = alpha_bar[t]
+    a_prev = torch.where(clean, torch.ones_like(a_t), alpha_bar[index.clamp_(min=0)])
+    return eta * ((1 - a_prev) / (1 - a_t) * (1 - a_t / a_prev)).sqrt()
+'''},
+    # the dropped labels written into y itself, and y returned
+    "drop_labels_in_place": {"drop_labels": '''
+def drop_labels(y, p_uncond, null_label, generator=None):
+    dropped = torch.rand(y.shape, generator=generator).to(y.device) < p_uncond
+    y[dropped] = null_label
+    return y
+'''},
     # the sampling loop over indices, the clip with torch.where
     "ddim_loop_variant": {"ddim_sample": '''
 def ddim_sample(model, x_T, alpha_bar, num_steps, spacing="trailing", eta=0.0, generator=None):
@@ -360,7 +387,10 @@ EXPECTED = {
     "trailing_np_arange": {"failed_tests": ["ddim_timesteps_value"]},
     "alpha_prev_of_previous_ddpm_step": _bug("alpha_prev_of_previous_ddpm_step", "ddim_step"),
     "sigma_from_one_step_beta": _bug("sigma_from_one_step_beta", "ddim_sigma"),
-    "cfg_two_calls": FULL, "ddim_loop_variant": FULL,
+    "cfg_two_calls": FULL, "ddim_loop_variant": FULL, "ddim_sigma_clamps_a_copy": FULL,
+    "ddim_sigma_clamps_t_prev": {"failed_tests": ["ddim_sigma_value"], "status": {"ddim_sigma_value": "failed"},
+                                 "message": {"ddim_sigma_value": "ddim_sigma changed t or t_prev in place"}},
+    "drop_labels_in_place": {"failed_tests": ["drop_labels_value"], "status": {"drop_labels_value": "failed"}},
     "labels_never_dropped": _bug("labels_never_dropped", "drop_labels"),
     "drop_labels_exact_count": {"failed_tests": ["drop_labels_value"]},
     "guidance_halves_swapped": _bug("guidance_halves_swapped", "cfg_eps"),

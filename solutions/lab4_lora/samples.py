@@ -562,6 +562,27 @@ SAMPLES["lab4_bug_dora_lora_a_zero"] = {"expect": {"failed_tests": ["DoRALinear_
 SAMPLES["lab4_bug_dora_lora_a_rand_not_centred"] = {"expect": {"failed_tests": ["DoRALinear_parameters"]}, "cells": {
     "DoRALinear": _DORA_OWN_A.replace("LORA_A", "torch.rand(r, base.in_features, **kw) / math.sqrt(base.in_features)")}}
 
+# Arguments changed in place (issue 41, class 1). merge_lora right in value, which also writes the merged weight
+# into the weight it was handed (under no_grad, so a weight that requires grad takes it): the grader's kernel got a
+# copy, and "the input is not modified" passed whatever the function did. The kernel's changes to tensor arguments
+# are now written back into the test's own tensors: as in the notebook, the visible test's expected value, computed
+# from W after the call, no longer matches (and the precision test's reused weight has changed). The control does the same in-place arithmetic on its own copy,
+# which the text leaves free ("a new tensor ... computed in float32").
+SAMPLES["lab4_merge_writes_weight"] = {
+    "expect": {"failed_tests": ["merge_lora_value", "merge_lora_precision"], "status": {"merge_lora_value": "failed"},
+               "message": {"merge_lora_value": "merge_lora(W, A, B, 0.5) = W + 0.5 B A"}},
+    "cells": {"merge_lora": MERGE_HEAD +
+              "    compute = torch.promote_types(weight.dtype, torch.float32)\n"
+              "    merged = (weight.to(compute) + scaling * (B.to(compute) @ A.to(compute))).to(weight.dtype)\n"
+              "    with torch.no_grad():\n        weight.copy_(merged)\n"
+              "    return merged\n"}}
+SAMPLES["lab4_variant_merge_own_copy_in_place"] = {
+    "expect": {"full": True},
+    "cells": {"merge_lora": MERGE_HEAD +
+              "    compute = torch.promote_types(weight.dtype, torch.float32)\n"
+              "    merged = weight.detach().to(compute, copy=True)\n"
+              "    merged.addmm_(B.to(compute), A.to(compute), alpha=scaling)\n"
+              "    return merged.to(weight.dtype)\n"}}
 # -- the walls behind the policy for graded code (issue 39) ---------------------------------------------------
 # These use torch's private dispatch machinery, outside the policy (course.toml [policy]: no underscore attribute):
 # graded with the policy, their lora_forward is not run and its tests are `refused`. tests/test_grading.py grades

@@ -97,9 +97,41 @@ def activation_inputs(args: Sequence[Any], positions: Iterable[int]) -> tuple[tu
 
 
 def modified_positions(args: Sequence[Any], positions: Iterable[int]) -> list[int]:
-    """The positions among `positions` whose tensor was changed in place since it was made (its version
-    counter moved): an activation from :func:`activation_inputs` starts at version 0."""
-    return [i for i in positions if i < len(args) and isinstance(args[i], torch.Tensor) and args[i]._version]
+    """The positions among `positions` whose tensor was changed in place since it was made.
+
+    An activation from :func:`activation_inputs` is ``leaf.clone()``: it is as made while its bytes equal its
+    leaf's and its ``grad_fn`` is still that clone's (an in-place op under grad mode replaces the ``grad_fn``;
+    one under ``no_grad`` leaves it, and changes the bytes). Neither is the version counter, which torch lets
+    code set back (issue 39: a function that reset it after changing its input hid the change). Another tensor
+    at a position (an integer one: no activation is made of it) counts as changed when its counter moved."""
+    changed = []
+    for i in positions:
+        t = args[i] if i < len(args) else None
+        if not isinstance(t, torch.Tensor):
+            continue
+        fn = t.grad_fn
+        if fn is None and not t.requires_grad:   # not an activation: left as it came
+            if t._version:
+                changed.append(i)
+            continue
+        leaf = getattr(fn.next_functions[0][0], "variable", None) \
+            if type(fn).__name__ == "CloneBackward0" and fn.next_functions else None
+        if t._version or leaf is None or not same_bytes(t, leaf):
+            changed.append(i)
+    return changed
+
+
+def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors hold the same values bit for bit, in the same shape and dtype (NaN equals NaN, and
+    -0.0 differs from 0.0: what was there, not what compares equal)."""
+    if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device:
+        return False
+    with torch.no_grad():
+        try:
+            return torch.equal(a.detach().reshape(-1).view(torch.uint8), b.detach().reshape(-1).view(torch.uint8))
+        except (RuntimeError, TypeError):   # a layout with no byte view (sparse, quantized): values, NaN-aware
+            return bool(torch.equal(a, b) or (a.is_floating_point() and torch.isnan(a).any()
+                                              and torch.equal(torch.nan_to_num(a), torch.nan_to_num(b))))
 
 
 def modified_message(name: str, positions: Sequence[int]) -> str:

@@ -71,8 +71,9 @@ def _watched() -> dict[str, object]:
             watched[f"genlab.checks.{name}"] = getattr(checks, name)
     from genlab.checks import gradients
 
-    # what a gradient request runs around the student's call, and what makes every call's activations
-    for name in ("grad_inputs", "grads_from", "activation_inputs"):
+    # what a gradient request runs around the student's call, what makes every call's activations, and what
+    # finds one changed in place
+    for name in ("grad_inputs", "grads_from", "activation_inputs", "modified_positions", "same_bytes"):
         watched[f"genlab.checks.gradients.{name}"] = getattr(gradients, name)
     from genlab.checks import memory
 
@@ -83,7 +84,8 @@ def _watched() -> dict[str, object]:
         watched[f"genlab.checks.memory._StorageTracker.{name}"] = tracker.__dict__.get(name)
     watched["genlab.checks.memory._storage"] = memory._storage
     this = sys.modules[__name__]
-    for name in ("_run", "_call", "_calls", "_copies", "_activated"):  # how every kind of call is made
+    # how every kind of call is made, and how its arguments are compared after it
+    for name in ("_run", "_call", "_calls", "_copies", "_activated", "_made", "_snapshot", "_seeded"):
         watched[f"genlab.testing.server.{name}"] = getattr(this, name)
     # The CUDA API exists on CPU builds too; a notebook that fakes it is tampering even where it is unused.
     for name in ("Event.elapsed_time", "Event.record", "Event.synchronize", "synchronize", "max_memory_allocated",
@@ -230,11 +232,14 @@ def answer(header: dict, tensors: dict) -> tuple[dict, wire.Encoder]:
         kwargs = wire.decode(header.get("kwargs", {"__dict__": {}}), tensors, handle_factory=_resolve_handle,
                              modules=sent_modules)
         _modified.clear()
+        _changed.clear()
         result = _run(header, args, kwargs)
         reply = {"ok": True, "result": encoder.encode(result),
                  "modes": [wire.modes(m) for m in wire.call_modules(header, args, kwargs)]}
         if _modified:   # activations the function changed in place: the grader fails the test on it
             reply["modified"] = sorted(_modified)
+        if _changed:    # other tensor arguments it changed in place: their values now, for the test's own tensors
+            reply["changed"] = [[list(path), encoder.encode(t.detach())] for path, t in _changed]
         if header.get("kind") in MEASURED:
             # Taken right after the call, before this thread lets go of the GIL: a patch that a thread of the
             # notebook put in place only while a request ran is still there, and the grader compares.
@@ -330,17 +335,83 @@ def _run(header: dict, args, kwargs):
     if kind in ("call", "grad_of", "timed_loop"):
         # One path for plain calls, gradient calls and timed calls: the function is called by `_call`, called
         # here with the same locals, under the same grad mode, so its callers' frames do not say which it is.
+        made = _made(kind, kwargs, activations)   # the same locals in every kind of call: its frame tells nothing
         calls, finish = _calls(kind, header, args, kwargs, activations)
+        # A plain or gradient call's other tensor arguments, as they came: compared, byte for byte, after it.
+        # Not in a timed loop, nor on staged inputs (a memory watch's calls, whose copies the OS would count):
+        # their arguments are the grader's copies, never the test's.
+        measured = kind == "timed_loop" or header.get("staged") or header.get("discard")
+        before = [] if measured else _snapshot(*calls[0], made)
         result = None
-        with wire.default_dtype(header.get("default_dtype")):   # the test's default dtype, for this call only
-            for args, kwargs in calls:
+        with wire.default_dtype(header.get("default_dtype")), _seeded(header.get("seed")):
+            for args, kwargs in calls:   # the test's default dtype (and a gradient check's seed), for this call
                 result = _call(fn, args, kwargs)
-        for args, _ in calls if activations else ():   # after the loop: no check inside a timed one
-            _modified.update(gradients.modified_positions(args, activations))
+        for args, _ in calls if made else ():   # after the loop: no check inside a timed one
+            _modified.update(gradients.modified_positions(args, made))
+        _changed.extend((path, t) for path, t, copy in before if not gradients.same_bytes(t, copy))
         if header.get("discard"):   # only its cost was wanted (a memory watch): nothing to encode and send
             return None
         return finish(result)
     raise ValueError(f"unknown request kind {kind!r}")
+
+
+def _made(kind: str, kwargs: dict, activations: tuple) -> tuple:
+    """The positions a call's activations are at: a gradient call's differentiated inputs are activations too
+    (gradients.grad_inputs)."""
+    if kind != "grad_of":
+        return activations
+    wrt = kwargs.get("wrt", (0,))
+    return tuple(dict.fromkeys(((wrt,) if isinstance(wrt, int) else tuple(wrt)) + activations))
+
+
+def _tensors(tree, path: tuple):
+    """(path, tensor) for every tensor in nested tuples, lists and dicts (str keys), in order."""
+    import torch
+
+    if isinstance(tree, torch.Tensor):
+        yield path, tree
+    elif isinstance(tree, (tuple, list)):
+        for i, item in enumerate(tree):
+            yield from _tensors(item, path + (i,))
+    elif isinstance(tree, dict):
+        for key, item in tree.items():
+            if isinstance(key, str):
+                yield from _tensors(item, path + (key,))
+
+
+def _snapshot(args, kwargs, made: tuple) -> list:
+    """(path, tensor, copy) for each tensor argument of a call but the activations at ``made`` (those are checked
+    against their leaves: gradients.modified_positions): a change made in place is then seen by its bytes,
+    whatever the function did to the tensor's version counter, and sent back to the grader (``changed``)."""
+    import torch
+
+    with torch.no_grad():
+        return [(path, t, t.detach().clone()) for path, t in
+                (*_tensors(tuple(args), ("args",)), *_tensors(dict(kwargs), ("kwargs",)))
+                if not (len(path) == 2 and path[0] == "args" and path[1] in made and t.grad_fn is not None)]
+
+
+class _seeded:
+    """torch's generators (CPU and CUDA) forked and seeded for one request, when the grader sends a seed: a
+    gradient call and the plain calls that check it by finite differences (autograder.wall.gradcheck) then
+    draw the same random numbers (eps = torch.randn_like(mu) and the like), and the kernel's own stream is
+    left where it was."""
+
+    def __init__(self, seed):
+        self.seed, self.fork = seed, None
+
+    def __enter__(self):
+        if isinstance(self.seed, int):
+            import torch
+
+            self.fork = torch.random.fork_rng(devices=range(torch.cuda.device_count())
+                                              if torch.cuda.is_initialized() else [])
+            self.fork.__enter__()
+            torch.manual_seed(self.seed)
+        return self
+
+    def __exit__(self, *exc):
+        return self.fork.__exit__(*exc) if self.fork is not None else False
 
 
 def _call(fn, args, kwargs):
@@ -378,6 +449,8 @@ def _calls(kind: str, header: dict, args, kwargs, activations: tuple[int, ...] =
 
 # The positions of the activations the last request's calls changed in place (reported as "modified").
 _modified: set = set()
+# The other tensor arguments the last plain or gradient call changed in place: (path, tensor now), sent back.
+_changed: list = []
 # The inputs of the next timed loop, one (args, kwargs) per call (see _copies).
 _prepared: list = []
 # The inputs of the next measurement (memory, FLOPs), as one (args, kwargs).
