@@ -254,6 +254,7 @@ class Grading:
     test_globals: dict = field(default_factory=dict)
     result: Result | None = None
     replay: list[str] = field(default_factory=list)    # the student-side cells run so far, for a fresh kernel
+    replay_ids: list = field(default_factory=list)     # their grade ids (None: a cell the student added)
     stopped_by: str | None = None                      # the test, or lab cell, that stopped the kernel
     revivals: int = 0
     behaviour: dict = field(default_factory=dict)      # failing function -> its outputs vs the reference's
@@ -366,6 +367,7 @@ def run_student_cell(g: Grading, index: int, cell) -> None:
     run = session.run_cell(cell.source)
     if run.status not in ("timeout", "dead"):
         g.replay.append(cell.source)
+        g.replay_ids.append(grade_id(cell))
     cell.outputs = run.outputs
     where = f"cell {index} ({grade_id(cell) or 'a cell you added'})"
     if run.status == "error":
@@ -398,9 +400,13 @@ def run_one_test(g: Grading, test: str, cell) -> None:
     _add_evidence(g, _integrity(session))
     seen = len(session.channel_evidence)
     recorder = KeptRecorder(kept=g.kept)
-    # Time and memory are measured on fresh processes that run the cells this kernel has run (g.replay).
+    # Time and memory are measured on fresh processes that run the cells this kernel has run (g.replay); the
+    # reference's process runs the same cells with the reference's solutions in the student's, and none they added.
     session.measurer = g.reference_kernel.zygote if hasattr(g.reference_kernel, "zygote") else None
     session.measured_cells = list(g.replay)
+    solutions = g.lab.source.solutions
+    session.reference_cells = [solutions.get(gid, source) for source, gid in zip(g.replay, g.replay_ids)
+                               if gid is not None]
     namespace = dict(g.test_globals)
     namespace.update({f: RemoteFunction(session, f, recorder, g.reference_kernel, g.lab.differentiated)
                       for f in g.lab.functions})

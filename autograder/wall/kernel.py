@@ -81,6 +81,7 @@ class KernelSession:
         # lab's Zygote (or None), and the notebook's cells those processes run, as this kernel ran them.
         self.measurer = None
         self.measured_cells: list[str] = []
+        self.reference_cells: list[str] | None = None   # the reference's counterpart (None: setup and solutions)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:

@@ -302,7 +302,8 @@ class RemoteFunction:
             reference = getattr(reference, "__wrapped__", reference)
             result = measure.time_ratio(
                 zygote, self.__name__, reference, getattr(reference, "__name__", self.__name__), args, options,
-                cells=list(getattr(self._session, "measured_cells", ())), reference_cells=zygote.reference_cells,
+                cells=list(getattr(self._session, "measured_cells", ())),
+                reference_cells=getattr(self._session, "reference_cells", None) or zygote.reference_cells,
                 activations=self._activations, rounds=max(1, min(rounds, 2)), clear_below=clear_below,
                 timeout_s=self._session.limits.test_timeout_s)
             self._recorder.calls.append(Call("time_ratio", self.__name__, (), {}, result))
