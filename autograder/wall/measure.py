@@ -49,7 +49,7 @@ from autograder.wall.sandbox import kernel_environment
 from genlab.testing import wire
 
 COPY_BYTES = 32 * 2**20      # at most this much of inputs (all copies of a timed loop) are staged per measurement
-MAX_CALLS = 100_000
+MAX_CALLS = 256           # per timed process: each call costs the grader a copy, an answer to read and compare
 TARGET_REFERENCE_CPU_S = 0.25   # a timed process's calls take about this much of the reference's CPU time
 SCALE_SPAN = 2.0 ** -7       # float32 and float64 inputs of a timed call are scaled by a factor in [1 - span, 1]
 _RANDOM = random.Random()    # the grader's own draws: a test seeding `random` sees the same sequence as before

@@ -183,6 +183,14 @@ def _zygote(session):
     return measurer() if callable(measurer) else None
 
 
+def _paused(session):
+    """The student's kernel frozen for the block (KernelSession.paused), where it can be."""
+    import contextlib
+
+    paused = getattr(session, "paused", None)
+    return paused() if callable(paused) else contextlib.nullcontext()
+
+
 def _measured_peak(session, target: dict, args, kwargs, extra: dict):
     """A memory measurement. Of a top-level function, where the grader has measuring processes: in a fresh
     process (autograder.wall.measure.peak_memory), which runs the notebook's cells and then genlab's count of
@@ -199,10 +207,11 @@ def _measured_peak(session, target: dict, args, kwargs, extra: dict):
         from autograder.wall import measure
 
         name = target["target"]
-        count, os_peak = measure.peak_memory(
-            zygote, name, args, kwargs, cells=list(getattr(session, "measured_cells", ())),
-            reference=getattr(zygote.reference, name, None), activations=tuple(target.get("activations", ())),
-            timeout_s=session.limits.test_timeout_s)
+        with _paused(session):
+            count, os_peak = measure.peak_memory(
+                zygote, name, args, kwargs, cells=list(getattr(session, "measured_cells", ())),
+                reference=getattr(zygote.reference, name, None), activations=tuple(target.get("activations", ())),
+                timeout_s=session.limits.test_timeout_s)
         if type(count) is not int or count < 0:   # the count was forged: the OS's figure stands
             count = os_peak if os_peak is not None else count
         header, encoder = _header("peak_memory", target, (), {}, **extra)
@@ -300,12 +309,14 @@ class RemoteFunction:
             options.pop("min_run_time", None)
             clear_below = options.pop("clear_below", None)
             reference = getattr(reference, "__wrapped__", reference)
-            result = measure.time_ratio(
-                zygote, self.__name__, reference, getattr(reference, "__name__", self.__name__), args, options,
-                cells=list(getattr(self._session, "measured_cells", ())),
-                reference_cells=getattr(self._session, "reference_cells", None) or zygote.reference_cells,
-                activations=self._activations, rounds=max(1, min(rounds, 2)), clear_below=clear_below,
-                timeout_s=self._session.limits.test_timeout_s)
+            # The student's kernel is frozen meanwhile: nothing it left running competes with either process.
+            with _paused(self._session):
+                result = measure.time_ratio(
+                    zygote, self.__name__, reference, getattr(reference, "__name__", self.__name__), args, options,
+                    cells=list(getattr(self._session, "measured_cells", ())),
+                    reference_cells=getattr(self._session, "reference_cells", None) or zygote.reference_cells,
+                    activations=self._activations, rounds=max(1, min(rounds, 2)), clear_below=clear_below,
+                    timeout_s=self._session.limits.test_timeout_s)
             self._recorder.calls.append(Call("time_ratio", self.__name__, (), {}, result))
             return result
         if self._reference_session is None:

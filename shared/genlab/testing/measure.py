@@ -2,14 +2,17 @@
 
 The grader starts it in the same sandbox as a student's kernel (``python -m genlab.testing.measure FD``, FD being
 its end of a socket pair). It imports torch, genlab and IPython and runs the lab's setup cell, and nothing of any
-student's; then it answers three requests, one at a time:
+student's; then it answers requests one at a time:
 
-- ``stage``: the inputs of the next measurements, decoded here, before any fork: every measured process inherits
-  them without paying for them (they are shared, copy on write), and each call gets objects of its own;
+- ``setup``: the lab's setup cell, once;
+- ``stage``: it forks a *stager*, which reads the inputs of the next measurements (the next frame), decodes them
+  and holds them, so that every measured process inherits them without paying for them (shared, copy on write),
+  each call with objects of its own; the zygote's own heap never holds them. The stager then answers
 - ``fork``: a fresh process. It reads its job (the notebook's cells, the function, what to measure) from the
   channel only once the grader has moved it into a control group made for it, so the operating system counts
-  its CPU time and memory from before any student code existed in it. The zygote waits for it and answers with
-  its exit status and the resource use ``wait4`` reports (what the grader uses where there are no cgroups).
+  its CPU time and memory from before any student code existed in it. The stager waits for it and answers with
+  its exit status and the resource use ``wait4`` reports (what the grader uses where there are no cgroups);
+- ``unstage``: the stager ends, and the zygote takes the next request.
 
 Nothing here decides anything: the figures are read by the grader, from outside (``autograder.wall.measure``),
 and the answers are checked there against the reference's.
