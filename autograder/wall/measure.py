@@ -526,7 +526,8 @@ def _ratio(student_s: float, reference_s: float, baseline_s: float) -> float:
 
 
 def peak_memory(zygote: Zygote, name: str, args, kwargs, *, cells: list[str], reference=None,
-                activations: tuple = (), timeout_s: float = 60.0) -> tuple[object, int | None]:
+                reference_cells: list[str] | None = None, activations: tuple = (),
+                timeout_s: float = 60.0) -> tuple[object, int | None]:
     """genlab's count of one call, taken in a fresh process, and the most memory the OS charged that process
     over its whole life beyond the baseline's (None where it cannot be read). The plain call's answer is
     checked against ``reference``'s on the same input."""
@@ -551,4 +552,13 @@ def peak_memory(zygote: Zygote, name: str, args, kwargs, *, cells: list[str], re
     os_bytes = None
     if m.peak_bytes is not None and base.peak_bytes is not None:
         os_bytes = max(0, m.peak_bytes - base.peak_bytes)
+        if reference is not None and reference_cells:
+            # What a first call costs in a fresh process beyond genlab's count (libraries initialised for these
+            # shapes: Lab 3's tiled_attention, 18 MB by the OS over a count of a few): the reference's own process
+            # on the same inputs says how much, and that much is not the student's.
+            r = zygote.run({"kind": "memory", "target": getattr(reference, "__name__", name),
+                            "cells": reference_cells, "default_dtype": default_dtype}, timeout_s)
+            counted = _decoded(r).get("count") if r.reply.get("ok") else None
+            if type(counted) is int and r.peak_bytes is not None:
+                os_bytes = max(0, os_bytes - max(0, r.peak_bytes - base.peak_bytes - counted))
     return answer["count"], os_bytes

@@ -210,8 +210,9 @@ def _measured_peak(session, target: dict, args, kwargs, extra: dict):
         with _paused(session):
             count, os_peak = measure.peak_memory(
                 zygote, name, args, kwargs, cells=list(getattr(session, "measured_cells", ())),
-                reference=getattr(zygote.reference, name, None), activations=tuple(target.get("activations", ())),
-                timeout_s=session.limits.test_timeout_s)
+                reference=getattr(zygote.reference, name, None),
+                reference_cells=getattr(session, "reference_cells", None) or zygote.reference_cells,
+                activations=tuple(target.get("activations", ())), timeout_s=session.limits.test_timeout_s)
         if type(count) is not int or count < 0:   # the count was forged: the OS's figure stands
             count = os_peak if os_peak is not None else count
         header, encoder = _header("peak_memory", target, (), {}, **extra)
