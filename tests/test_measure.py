@@ -93,11 +93,29 @@ def test_every_timed_call_gets_inputs_of_its_own_with_values_of_their_own():
     assert all(torch.allclose(a[0], mu, rtol=2**-7) for a, _ in copies)
 
 
-def test_work_done_while_the_notebook_runs_its_cells_is_in_the_figure(zygote):
-    # the staging attack: slow work before the timed calls, in the same process, is counted with them
+def test_work_done_while_the_notebook_runs_its_cells_is_not_in_the_figure(zygote):
+    # a correct, fast function beside slow definition cells (a table made once, output): the time counts from the
+    # ready mark, read from outside once the cells have run, for the student's and the reference's process alike
     early = "_x = [torch.randn(256, 256) @ torch.randn(256, 256) for _ in range(600)]\n" \
             "def f(mu, logvar, eps):\n    return mu + torch.exp(0.5 * logvar) * eps"
-    assert ratio(zygote, student(early)).ratio > 5
+    assert ratio(zygote, student(early)).ratio < 2.5
+
+
+def test_the_inputs_reach_a_timed_process_only_after_its_ready_mark(zygote):
+    # the staging attack, against the mark: cells that look for the inputs find none, so nothing done before the
+    # mark can be work on them (a wrong answer here, if they were found)
+    look = ("import gc\n_seen = sum(1 for o in gc.get_objects() if isinstance(o, torch.Tensor) and "
+            "tuple(o.shape) == (512, 64))\n"
+            "def f(mu, logvar, eps):\n    return mu if _seen else mu + torch.exp(0.5 * logvar) * eps")
+    assert ratio(zygote, student(look)).ratio < 2.5
+
+
+def test_work_after_the_mark_in_a_thread_of_the_cells_is_in_the_figure(zygote):
+    # a thread started by a cell keeps running after the mark: the group's CPU time counts it
+    burn = ("import threading\ndef _spin():\n    while True:\n        sum(range(10000))\n"
+            "threading.Thread(target=_spin, daemon=True).start()\n"
+            "def f(mu, logvar, eps):\n    return mu + torch.exp(0.5 * logvar) * eps")
+    assert ratio(zygote, student(burn)).cpu_ratio > 1.5
 
 
 def test_an_honest_functions_peak_is_its_count_within_the_slack(zygote):
@@ -110,12 +128,28 @@ def test_an_honest_functions_peak_is_its_count_within_the_slack(zygote):
     # a balloon held before the call and freed inside it
     "_balloon = [torch.ones(16 * 2**20)]\ndef f(mu, logvar, eps):\n    _balloon.clear()\n"
     "    t = torch.exp(0.5 * logvar)\n    return mu + t * eps",
+    # the same balloon freed for a waste of its size and taken again after: new pages, not the ones held
+    # (frugal while genlab counts it, as lab1_attack_balloon)
+    "_balloon = [torch.ones(16 * 2**20)]\ndef f(mu, logvar, eps):\n"
+    "    if torch._C._len_torch_dispatch_stack() == 0:\n        _balloon.clear()\n"
+    "        w = torch.ones(16 * 2**20); del w\n        _balloon.append(torch.ones(16 * 2**20))\n"
+    "    return mu + torch.exp(0.5 * logvar) * eps",
     # a heap warmed by an earlier call, so that temporaries come from free heap
     "_w = torch.ones(40 * 2**20 // 4); del _w\ndef f(mu, logvar, eps):\n    return mu + torch.exp(0.5 * logvar) * eps",
+    # a scratch buffer made before the mark and written by the calls: held, but not unchanged
+    "_scratch = torch.ones(16 * 2**20)\ndef f(mu, logvar, eps):\n"
+    "    _scratch.copy_(torch.ones(16 * 2**20) * 2)\n    return mu + torch.exp(0.5 * logvar) * eps",
 ])
 def test_memory_held_or_touched_before_the_call_is_in_the_figure(zygote, cells):
     count, os_bytes = measure.peak_memory(zygote, "f", big(), {}, cells=student(cells), reference=reference)
     assert os_bytes > count + count // 8 + 8 * MiB
+
+
+def test_a_table_made_before_the_mark_and_left_alone_is_not_in_the_figure(zygote):
+    # the big-tensor control: 256 MiB made by a definition cell and never touched by the calls
+    table = "_table = torch.zeros(64 * 2**20)\ndef f(mu, logvar, eps):\n    return mu + torch.exp(0.5 * logvar) * eps"
+    count, os_bytes = measure.peak_memory(zygote, "f", big(), {}, cells=student(table), reference=reference)
+    assert os_bytes <= count + count // 8 + 8 * MiB, (count, os_bytes)
 
 
 def test_a_wrong_answer_in_the_memory_watched_call_fails(zygote):

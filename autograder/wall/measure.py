@@ -69,6 +69,7 @@ class Measured:
     peak_bytes: int | None
     oom_killed: bool = False
     status: int = 0
+    held_bytes: int = 0   # memory held at the ready mark and at the end, page for page unchanged (held_pages)
 
 
 @dataclass
@@ -165,14 +166,20 @@ class Zygote:
                    "activations": list(activations)}, encoder.tensors, wait_s=120)
         self.staged = True
 
-    def run(self, job: dict, timeout_s: float) -> Measured:
-        """One fresh process runs ``job`` on the staged inputs; its CPU time, wall time and peak memory."""
+    def run(self, job: dict, timeout_s: float, inputs: list | None = None, activations: tuple = (),
+            pages: bool = False) -> Measured:
+        """One fresh process runs ``job``: the notebook's cells, then the *ready mark*, then the calls. Its CPU
+        time and wall time are counted from the mark to its answer, read from outside; ``inputs`` (one (args,
+        kwargs) per call) are sent only after the mark, so nothing the cells did can depend on them (without
+        them the process uses the staged inputs). Its peak memory is over its whole life; with ``pages``, the
+        memory it held at the mark and still holds at the end, page for page unchanged, is read from outside
+        (:func:`held_pages`) and reported as ``held_bytes``."""
         if not self.alive():
             raise MeasureError("the measuring process is not running")
         request_id = secrets.token_hex(8)
         before = set(self.cgroup.pids()) if self.cgroup is not None else set()
         self.channel.send(request_id, {"kind": "fork"}, {}, deadline=time.monotonic() + 30)
-        group = None
+        group, pid = None, None
         if self.cgroup is not None:
             pid = self._new_pid(before)
             group = cgroups.Cgroup.create(*self.cgroup_limits)
@@ -181,11 +188,28 @@ class Zygote:
             except OSError as exc:   # gone already: its answer says why
                 group.remove()
                 raise MeasureError(f"could not move the measured process into its group: {exc}") from None
+        deadline = time.monotonic() + timeout_s
         start = time.perf_counter()
         answer, done, tensors, timed_out = None, None, {}, False
+        cpu_mark, marked, at_mark = 0.0, False, None
         try:
-            self.channel.send(request_id, job, {}, deadline=time.monotonic() + timeout_s)
-            reply, tensors = self._receive(request_id, timeout_s)
+            self.channel.send(request_id, {**job, "mark": True, "hold": group is not None}, {}, deadline=deadline)
+            reply, tensors = self._receive(request_id, max(0.1, deadline - time.monotonic()))
+            if reply.get("ready") is True and "done" not in reply:
+                # The mark: what the OS has counted so far is read now, from outside; the inputs go after it.
+                marked = True
+                cpu_mark = self._cpu_now(group)
+                if pages and pid is not None:
+                    at_mark = held_pages(pid)
+                start = time.perf_counter()
+                header, blobs = {"kind": "go"}, {}
+                if inputs is not None:
+                    encoder = wire.Encoder()
+                    header = {"kind": "inputs", "copies": encoder.encode([[tuple(a), dict(k)] for a, k in inputs]),
+                              "activations": list(activations)}
+                    blobs = encoder.tensors
+                self.channel.send(request_id, header, blobs, deadline=deadline)
+                reply, tensors = self._receive(request_id, max(0.1, deadline - time.monotonic()))
             if "done" in reply:   # the zygote's report came first: the process ended without an answer
                 done = reply
             else:
@@ -198,11 +222,15 @@ class Zygote:
             raise MeasureError(f"the measured process broke the channel: {exc}") from None
         wall = time.perf_counter() - start
         cpu = peak = None
-        oom = False
+        oom, held = False, 0
         if group is not None:
             if group.can_freeze():
                 group.freeze(True)
             cpu, peak, oom = group.cpu_seconds(), group.memory_peak_bytes(), group.oom_killed()
+            if cpu is not None:
+                cpu -= cpu_mark
+            if at_mark and answer is not None and group.can_freeze():
+                held = held_bytes(at_mark, held_pages(pid))
             self._stop_group(group)
         elif timed_out:
             self._kill_children()
@@ -214,7 +242,10 @@ class Zygote:
                 raise MeasureError(f"the zygote did not report on the measured process: {exc!r}") from None
         usage = (done or {}).get("result") or {}
         if cpu is None:
-            cpu = float(usage.get("cpu_s", wall))
+            # Without cgroups: the zygote's tree, whose stager has reaped the measured process by now, less
+            # what the tree had used at the mark (10 ms clock ticks); the whole life where there was no mark.
+            cpu = (cgroups.process_tree_cpu_seconds(self.process.pid) - cpu_mark if marked and group is None
+                   else float(usage.get("cpu_s", wall)))
         if peak is None and "maxrss_bytes" in usage:
             peak = int(usage["maxrss_bytes"])
         if timed_out:
@@ -227,7 +258,12 @@ class Zygote:
                    f"exit status {os.WEXITSTATUS(status)}")
             answer = {"ok": False, "error": {"type": "MeasuredProcessDied", "traceback": "",
                                              "message": f"the measured process ended without an answer: {why}"}}
-        return Measured(answer, tensors, cpu, wall, peak, oom, int(usage.get("status", 0)))
+        return Measured(answer, tensors, max(cpu, 0.0), wall, peak, oom, int(usage.get("status", 0)), held)
+
+    def _cpu_now(self, group) -> float:
+        if group is not None:
+            return group.cpu_seconds() or 0.0
+        return cgroups.process_tree_cpu_seconds(self.process.pid)
 
     def _new_pid(self, before: set[int], wait_s: float = 30.0) -> int:
         deadline = time.monotonic() + wait_s
@@ -259,15 +295,73 @@ class Zygote:
                         pass
 
     def measure_baseline(self, runs: int = 3) -> Baseline:
-        """A process that runs none of the student's code, measured as a student's is: the median of ``runs``."""
+        """A process that runs none of the student's code, measured as a student's is: the median of ``runs``.
+        Its memory is its peak less what it held unchanged from the mark to its end, as a student's is."""
         if self.baseline is None:
             self.stage([])
-            laps = [self.run({"kind": "baseline", "cells": [self.setup_source]}, 60.0) for _ in range(runs)]
-            peaks = [m.peak_bytes for m in laps if m.peak_bytes is not None]
+            laps = [self.run({"kind": "baseline", "cells": [self.setup_source]}, 60.0, pages=True)
+                    for _ in range(runs)]
+            peaks = [m.peak_bytes - m.held_bytes for m in laps if m.peak_bytes is not None]
             self.baseline = Baseline(statistics.median(m.cpu_s for m in laps),
                                      statistics.median(m.wall_s for m in laps),
                                      int(statistics.median(peaks)) if peaks else None)
         return self.baseline
+
+
+# -- the pages a process held through a measurement ----------------------------------------------------------------
+PAGE = os.sysconf("SC_PAGE_SIZE")
+_PRESENT, _EXCLUSIVE, _PFN = 1 << 63, 1 << 56, (1 << 55) - 1
+
+
+def held_pages(pid: int) -> dict | None:
+    """The pages of process ``pid``'s private anonymous memory (its heap and unnamed mappings) that are present
+    and mapped by it alone: address -> (page frame, a hash of the page's bytes), read from outside
+    (``/proc/<pid>/maps``, ``pagemap``, ``mem``; the grader is root). Pages shared with the zygote (inherited,
+    never written) are not the process's own and are left out, as are file and shared mappings. None where the
+    process cannot be read (gone, or no permission)."""
+    import hashlib
+
+    import numpy as np
+
+    pages: dict[int, tuple[int, bytes]] = {}
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            maps = f.read().splitlines()
+        with open(f"/proc/{pid}/pagemap", "rb") as pm, open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
+            for line in maps:
+                parts = line.split(maxsplit=5)
+                name = parts[5].strip() if len(parts) > 5 else ""
+                if len(parts) < 5 or parts[1] != "rw-p" or name not in ("", "[heap]"):
+                    continue
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                pm.seek(lo // PAGE * 8)
+                entries = np.frombuffer(pm.read((hi - lo) // PAGE * 8), dtype=np.uint64)
+                own = np.flatnonzero((entries & np.uint64(_PRESENT | _EXCLUSIVE)) == np.uint64(_PRESENT | _EXCLUSIVE))
+                if not own.size:
+                    continue
+                frames = (entries[own] & np.uint64(_PFN)).tolist()
+                runs = np.split(np.arange(own.size), np.flatnonzero(np.diff(own) != 1) + 1)
+                for run in runs:
+                    for chunk in np.array_split(run, max(1, run.size // 4096)):
+                        first = int(own[chunk[0]])
+                        mem.seek(lo + first * PAGE)
+                        data = memoryview(mem.read(chunk.size * PAGE))
+                        for k, j in enumerate(chunk.tolist()):
+                            pages[lo + int(own[j]) * PAGE] = (
+                                frames[j], hashlib.blake2b(data[k * PAGE:(k + 1) * PAGE], digest_size=16).digest())
+    except (OSError, ValueError):
+        return None
+    return pages
+
+
+def held_bytes(at_mark: dict | None, at_end: dict | None) -> int:
+    """Bytes of the pages present at both readings at the same address, in the same page frame, with the same
+    bytes: memory the process held through the calls without writing to it, so no temporary of the calls can
+    have lived in it (a balloon freed and taken again is in new frames; a warmed heap the calls reuse is
+    written to)."""
+    if not at_mark or not at_end:
+        return 0
+    return PAGE * sum(1 for addr, page in at_mark.items() if at_end.get(addr) == page)
 
 
 # -- inputs ----------------------------------------------------------------------------------------------------
@@ -471,8 +565,9 @@ def calibrate(reference, args, kwargs, default_dtype, target_s: float = TARGET_R
 def time_ratio(zygote: Zygote, name: str, reference, reference_name: str, args, kwargs, *, cells: list[str],
                reference_cells: list[str], activations: tuple = (), rounds: int = 2,
                clear_below: float | None = None, timeout_s: float = 60.0):
-    """Student over reference, each in fresh processes on the same grader-drawn inputs: the larger of the CPU
-    and the wall-clock ratios, each side's baseline taken out, each side's better of up to ``rounds`` processes
+    """Student over reference, each in fresh processes on the same grader-drawn inputs, each counted from its
+    ready mark (its cells have run; the inputs come after it) to its answer: the larger of the CPU and the
+    wall-clock ratios, a baseline process's (the same inputs, no calls) taken out, each side's better of up to ``rounds`` processes
     (a second pair only where the first is not clearly below ``clear_below``). Every timed answer is checked."""
     from genlab.checks.timing import TimingResult
 
@@ -480,13 +575,14 @@ def time_ratio(zygote: Zygote, name: str, reference, reference_name: str, args, 
     n = calibrate(reference, args, kwargs, default_dtype)
     copies = timed_copies(args, kwargs, n)
     expected, deterministic = reference_answers(reference, copies, default_dtype)
-    zygote.measure_baseline()
-    base = zygote.baseline
-    zygote.stage(copies, activations)
+    zygote.stage([])   # nothing staged: the inputs reach each process only after its ready mark
     job = {"kind": "time", "default_dtype": default_dtype}
+    # What receiving and decoding the inputs after the mark costs a process that runs none of the student's code.
+    base = zygote.run({"kind": "baseline", "cells": [zygote.setup_source]}, timeout_s, inputs=copies,
+                      activations=activations)
     student, ref = [], []
     for _ in range(rounds):
-        s = zygote.run({**job, "target": name, "cells": cells}, timeout_s)
+        s = zygote.run({**job, "target": name, "cells": cells}, timeout_s, inputs=copies, activations=activations)
         answers = _decoded(s)
         if not isinstance(answers, list) or len(answers) != n:
             raise wrong_answer(name, "the process did not return one answer per call", 0, n, "timed loop")
@@ -494,7 +590,8 @@ def time_ratio(zygote: Zygote, name: str, reference, reference_name: str, args, 
             why = compare_answers(got, want, values=deterministic)
             if why:
                 raise wrong_answer(name, why, k, n, "timed loop")
-        r = zygote.run({**job, "target": reference_name, "cells": reference_cells}, timeout_s)
+        r = zygote.run({**job, "target": reference_name, "cells": reference_cells}, timeout_s, inputs=copies,
+                       activations=activations)
         _decoded(r)
         student.append(s)
         ref.append(r)
@@ -537,7 +634,7 @@ def peak_memory(zygote: Zygote, name: str, args, kwargs, *, cells: list[str], re
     base = zygote.baseline
     zygote.stage(copies, activations)
     m = zygote.run({"kind": "memory", "target": name, "cells": cells, "default_dtype": default_dtype},
-                   timeout_s)
+                   timeout_s, pages=True)
     if m.oom_killed:
         raise wire.student_error("MemoryError", f"{name} ran out of memory in the measured process: the limit is "
                                  f"{zygote.cgroup_limits[0] / 2**30:g} GiB")
@@ -551,14 +648,14 @@ def peak_memory(zygote: Zygote, name: str, args, kwargs, *, cells: list[str], re
             raise wrong_answer(name, why, 0, 1, "memory-watched call")
     os_bytes = None
     if m.peak_bytes is not None and base.peak_bytes is not None:
-        os_bytes = max(0, m.peak_bytes - base.peak_bytes)
+        os_bytes = max(0, m.peak_bytes - m.held_bytes - base.peak_bytes)
         if reference is not None and reference_cells:
             # What a first call costs in a fresh process beyond genlab's count (libraries initialised for these
             # shapes: Lab 3's tiled_attention, 18 MB by the OS over a count of a few): the reference's own process
             # on the same inputs says how much, and that much is not the student's.
             r = zygote.run({"kind": "memory", "target": getattr(reference, "__name__", name),
-                            "cells": reference_cells, "default_dtype": default_dtype}, timeout_s)
+                            "cells": reference_cells, "default_dtype": default_dtype}, timeout_s, pages=True)
             counted = _decoded(r).get("count") if r.reply.get("ok") else None
             if type(counted) is int and r.peak_bytes is not None:
-                os_bytes = max(0, os_bytes - max(0, r.peak_bytes - base.peak_bytes - counted))
+                os_bytes = max(0, os_bytes - max(0, r.peak_bytes - r.held_bytes - base.peak_bytes - counted))
     return answer["count"], os_bytes

@@ -229,7 +229,10 @@ def _stager(sock: socket.socket, shell) -> None:
 
 
 def _child(sock: socket.socket, shell, staged: list) -> None:
-    """A measured process: its job arrives once the grader has moved it into its own control group."""
+    """A measured process: its job arrives once the grader has moved it into its own control group. It runs the
+    notebook's cells, then says it is ready (the *ready mark*) and waits: the grader reads what the OS has counted
+    so far, from outside, and only then sends what comes next (a timed job's inputs). After its answer it waits
+    again (``hold``), so that the grader can read its pages before it ends."""
     sys.stdout = sys.stderr = open(os.devnull, "w")   # noqa: SIM115 - the notebook's prints go nowhere
     frame = read_frame(sock)
     if frame is None:
@@ -237,20 +240,43 @@ def _child(sock: socket.socket, shell, staged: list) -> None:
     _magic, request_id, job, _tensors = frame
     encoder = _Encoder()
     try:
-        result = _job(shell, staged, job)
+        result = _job(shell, staged, job, sock, request_id)
         reply = {"ok": True, "result": encoder.encode(result)}
     except BaseException as exc:  # noqa: BLE001 - the student's function may raise anything
         encoder = _Encoder()
         reply = _error(exc)
     send_answer(sock, request_id, reply, encoder.tensors)
+    if job.get("hold"):
+        read_frame(sock)   # until the grader has read the process and ends it
 
 
-def _job(shell, staged: list, job: dict):
+def _ready(sock: socket.socket, request_id: str, staged: list) -> list:
+    """The ready mark: said once the cells have run; the inputs of a timed job come after it, so nothing the
+    cells did can have depended on them. Returns the inputs (``staged`` where the job brings none)."""
+    send_answer(sock, request_id, {"ok": True, "ready": True}, {})
+    frame = read_frame(sock)
+    if frame is None:
+        raise SystemExit(0)
+    _magic, _request_id, header, tensors = frame
+    if "copies" not in header:
+        return staged
+    inputs = [wire.decode(copy, tensors, modules={}) for copy in header["copies"]]
+    positions = tuple(int(i) for i in header.get("activations", ()))
+    if positions:
+        from genlab.checks import gradients
+
+        inputs = [(gradients.activation_inputs(a, positions)[0], k) for a, k in inputs]
+    return inputs
+
+
+def _job(shell, staged: list, job: dict, sock: socket.socket | None = None, request_id: str = ""):
     import torch
     from genlab.checks import peak_memory
 
     for source in job.get("cells", ()):
         shell.run_cell(source, silent=True)   # as in the kernel: a cell's error stops that cell only
+    if job.get("mark") and sock is not None:
+        staged = _ready(sock, request_id, staged)
     if job["kind"] == "baseline":
         return None
     name = job["target"]
