@@ -136,6 +136,12 @@ def test_an_honest_functions_peak_is_its_count_within_the_slack(zygote):
     "    return mu + torch.exp(0.5 * logvar) * eps",
     # a heap warmed by an earlier call, so that temporaries come from free heap
     "_w = torch.ones(40 * 2**20 // 4); del _w\ndef f(mu, logvar, eps):\n    return mu + torch.exp(0.5 * logvar) * eps",
+    # a heap warmed by a cell with 1 MiB pieces of ones, which the calls' pieces of ones reuse (the same bytes
+    # written again: lab1_attack_heap_warming), frugal while genlab counts
+    "_warm = [torch.ones(2**18) for _ in range(256)]\ndel _warm\ndef f(mu, logvar, eps):\n"
+    "    if torch._C._len_torch_dispatch_stack() == 0:\n"
+    "        pieces = [torch.ones(2**18) for _ in range(16 * mu.numel() // 2**18)]\n        del pieces\n"
+    "    return mu + torch.exp(0.5 * logvar) * eps",
     # a scratch buffer made before the mark and written by the calls: held, but not unchanged
     "_scratch = torch.ones(16 * 2**20)\ndef f(mu, logvar, eps):\n"
     "    _scratch.copy_(torch.ones(16 * 2**20) * 2)\n    return mu + torch.exp(0.5 * logvar) * eps",

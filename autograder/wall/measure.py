@@ -69,7 +69,7 @@ class Measured:
     peak_bytes: int | None
     oom_killed: bool = False
     status: int = 0
-    held_bytes: int = 0   # memory held at the ready mark and at the end, page for page unchanged (held_pages)
+    held_bytes: int = 0   # memory held from the ready mark to the end and never written (held_bytes)
 
 
 @dataclass
@@ -172,8 +172,8 @@ class Zygote:
         time and wall time are counted from the mark to its answer, read from outside; ``inputs`` (one (args,
         kwargs) per call) are sent only after the mark, so nothing the cells did can depend on them (without
         them the process uses the staged inputs). Its peak memory is over its whole life; with ``pages``, the
-        memory it held at the mark and still holds at the end, page for page unchanged, is read from outside
-        (:func:`held_pages`) and reported as ``held_bytes``."""
+        memory it held from the mark to the end without writing to it is read from outside (:func:`held_bytes`,
+        against a witness the process forks at the mark) and reported as ``held_bytes``."""
         if not self.alive():
             raise MeasureError("the measuring process is not running")
         request_id = secrets.token_hex(8)
@@ -191,16 +191,18 @@ class Zygote:
         deadline = time.monotonic() + timeout_s
         start = time.perf_counter()
         answer, done, tensors, timed_out = None, None, {}, False
-        cpu_mark, marked, at_mark = 0.0, False, None
+        cpu_mark, marked, witness = 0.0, False, []
+        pages = pages and group is not None
         try:
-            self.channel.send(request_id, {**job, "mark": True, "hold": group is not None}, {}, deadline=deadline)
+            self.channel.send(request_id, {**job, "mark": True, "hold": group is not None, "witness": pages}, {},
+                              deadline=deadline)
             reply, tensors = self._receive(request_id, max(0.1, deadline - time.monotonic()))
             if reply.get("ready") is True and "done" not in reply:
                 # The mark: what the OS has counted so far is read now, from outside; the inputs go after it.
                 marked = True
                 cpu_mark = self._cpu_now(group)
-                if pages and pid is not None:
-                    at_mark = held_pages(pid)
+                if pages:
+                    witness = witnesses(group, pid)
                 start = time.perf_counter()
                 header, blobs = {"kind": "go"}, {}
                 if inputs is not None:
@@ -229,8 +231,8 @@ class Zygote:
             cpu, peak, oom = group.cpu_seconds(), group.memory_peak_bytes(), group.oom_killed()
             if cpu is not None:
                 cpu -= cpu_mark
-            if at_mark and answer is not None and group.can_freeze():
-                held = held_bytes(at_mark, held_pages(pid))
+            if witness and answer is not None and group.can_freeze():
+                held = held_bytes(pid, witness)
             self._stop_group(group)
         elif timed_out:
             self._kill_children()
@@ -310,58 +312,86 @@ class Zygote:
 
 # -- the pages a process held through a measurement ----------------------------------------------------------------
 PAGE = os.sysconf("SC_PAGE_SIZE")
-_PRESENT, _EXCLUSIVE, _PFN = 1 << 63, 1 << 56, (1 << 55) - 1
+_PRESENT, _PFN = 1 << 63, (1 << 55) - 1
 
 
-def held_pages(pid: int) -> dict | None:
-    """The pages of process ``pid``'s private anonymous memory (its heap and unnamed mappings) that are present
-    and mapped by it alone: address -> (page frame, a hash of the page's bytes), read from outside
-    (``/proc/<pid>/maps``, ``pagemap``, ``mem``; the grader is root). Pages shared with the zygote (inherited,
-    never written) are not the process's own and are left out, as are file and shared mappings. None where the
-    process cannot be read (gone, or no permission)."""
-    import hashlib
+def _stat(pid: int) -> list[bytes] | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()   # state(0) ppid(1) ... starttime(19)
+    except OSError:
+        return None
 
+
+def witnesses(group: "cgroups.Cgroup", pid: int) -> list[tuple[int, bytes]]:
+    """The processes of ``group`` whose parent is ``pid``, as (pid, start time): read at the ready mark, so each
+    was forked before it (genlab.testing.measure._ready forks one and stops it)."""
+    found = []
+    for other in group.pids():
+        fields = _stat(other) if other != pid else None
+        if fields is not None and int(fields[1]) == pid:
+            found.append((other, fields[19]))
+    return found[:4]
+
+
+def _frames(pid: int, regions: list[tuple[int, int]]):
     import numpy as np
 
-    pages: dict[int, tuple[int, bytes]] = {}
+    with open(f"/proc/{pid}/pagemap", "rb") as pm:
+        out = []
+        for lo, hi in regions:
+            pm.seek(lo // PAGE * 8)
+            out.append(np.frombuffer(pm.read((hi - lo) // PAGE * 8), dtype=np.uint64))
+    return out
+
+
+def held_bytes(pid: int, witness: list[tuple[int, bytes]]) -> int:
+    """Bytes of ``pid``'s private anonymous memory (its heap and unnamed mappings) that are, at the end, in the
+    same page frame as in a witness forked before the ready mark, and in no other process's: pages the process
+    held since the mark and never wrote to (a write copies the page to a new frame), charged to its own group
+    (inherited pages are the zygote's too). No temporary of the calls can have lived in them: a balloon freed and
+    taken again is in new frames, a warmed heap or a scratch buffer reused is written to. Read from outside
+    (``/proc/<pid>/maps``, ``pagemap``, ``/proc/kpagecount``; the grader is root); 0 where it cannot be read."""
+    import numpy as np
+
+    best = 0
     try:
         with open(f"/proc/{pid}/maps") as f:
             maps = f.read().splitlines()
-        with open(f"/proc/{pid}/pagemap", "rb") as pm, open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
-            for line in maps:
-                parts = line.split(maxsplit=5)
-                name = parts[5].strip() if len(parts) > 5 else ""
-                if len(parts) < 5 or parts[1] != "rw-p" or name not in ("", "[heap]"):
-                    continue
-                lo, hi = (int(x, 16) for x in parts[0].split("-"))
-                pm.seek(lo // PAGE * 8)
-                entries = np.frombuffer(pm.read((hi - lo) // PAGE * 8), dtype=np.uint64)
-                own = np.flatnonzero((entries & np.uint64(_PRESENT | _EXCLUSIVE)) == np.uint64(_PRESENT | _EXCLUSIVE))
-                if not own.size:
-                    continue
-                frames = (entries[own] & np.uint64(_PFN)).tolist()
-                runs = np.split(np.arange(own.size), np.flatnonzero(np.diff(own) != 1) + 1)
-                for run in runs:
-                    for chunk in np.array_split(run, max(1, run.size // 4096)):
-                        first = int(own[chunk[0]])
-                        mem.seek(lo + first * PAGE)
-                        data = memoryview(mem.read(chunk.size * PAGE))
-                        for k, j in enumerate(chunk.tolist()):
-                            pages[lo + int(own[j]) * PAGE] = (
-                                frames[j], hashlib.blake2b(data[k * PAGE:(k + 1) * PAGE], digest_size=16).digest())
-    except (OSError, ValueError):
-        return None
-    return pages
-
-
-def held_bytes(at_mark: dict | None, at_end: dict | None) -> int:
-    """Bytes of the pages present at both readings at the same address, in the same page frame, with the same
-    bytes: memory the process held through the calls without writing to it, so no temporary of the calls can
-    have lived in it (a balloon freed and taken again is in new frames; a warmed heap the calls reuse is
-    written to)."""
-    if not at_mark or not at_end:
+    except OSError:
         return 0
-    return PAGE * sum(1 for addr, page in at_mark.items() if at_end.get(addr) == page)
+    regions = []
+    for line in maps:
+        parts = line.split(maxsplit=5)
+        name = parts[5].strip() if len(parts) > 5 else ""
+        if len(parts) >= 5 and parts[1] == "rw-p" and name in ("", "[heap]"):
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            regions.append((lo, hi))
+    for other, started in witness:
+        fields = _stat(other)
+        if fields is None or fields[19] != started or int(fields[1]) != pid:
+            continue   # gone, or not the process read at the mark
+        try:
+            mine, theirs = _frames(pid, regions), _frames(other, regions)
+            shared = []
+            for a, b in zip(mine, theirs):
+                both = ((a & np.uint64(_PRESENT)) != 0) & ((b & np.uint64(_PRESENT)) != 0)
+                frames = a & np.uint64(_PFN)
+                same = both & (frames == (b & np.uint64(_PFN))) & (frames != 0)
+                shared.append(frames[same])
+            frames = np.concatenate(shared) if shared else np.zeros(0, dtype=np.uint64)
+            count = 0
+            fd = os.open("/proc/kpagecount", os.O_RDONLY)
+            try:
+                for frame in frames.tolist():
+                    if int.from_bytes(os.pread(fd, 8, frame * 8), "little") == 2:   # these two, nobody else
+                        count += 1
+            finally:
+                os.close(fd)
+        except OSError:
+            continue
+        best = max(best, count * PAGE)
+    return best
 
 
 # -- inputs ----------------------------------------------------------------------------------------------------

@@ -645,10 +645,10 @@ setattr(_s.socket, 're' + 'cv', _slow_reader)
 '''
 SAMPLES["lab1_attack_stop_reading"] = {
     "cells": dict(CORRECT), "after": {"reparameterize": _STOP_READING.format(stall=150)},
-    "expect": {"status": {"reparameterize_performance": "timeout", "reparameterize_value": "passed",
-                          "gaussian_kl_value": "passed", "free_bits_kl_value": "passed"},
-               "message": {"reparameterize_performance": "time limit per call"},
-               "notes": ["test reparameterize_performance stopped the kernel"]}}
+    # Since time and memory are measured in fresh processes (issue 39), the timed loop's inputs (the large frames it
+    # waited for) no longer reach the kernel, so nothing stalls: a correct function, full marks. The send
+    # deadline it tested is tested directly in tests/test_rpc_channel.py.
+    "expect": {"full": True}}
 # Its control: the same reader, slow by 2 s, well within the limit.
 SAMPLES["lab1_control_slow_reader"] = {
     "cells": dict(CORRECT), "after": {"reparameterize": _STOP_READING.format(stall=2)},
@@ -736,9 +736,10 @@ SAMPLES["lab1_control_slow_loop"] = {"cells": {"reparameterize": REPARAM_HEAD + 
 SAMPLES["lab1_attack_loop_pace"] = {"cells": {"reparameterize": "import time\n_last = [0.0]\n\n" + REPARAM_HEAD +
     "    if time.perf_counter() - _last[0] < 0.002:\n        _last[0] = time.perf_counter()\n        return mu\n"
     + _LOOP + "    _last[0] = time.perf_counter()\n    return z\n"},
+    # Its pace detector may also fire between the value test's quick calls, in the kernel, depending on the machine's
+    # speed (those failed in CI at fb3e5d1, passed on the 2-core dev machine): only the timed loop's verdict is fixed.
     "expect": {"full": False, "failed_tests": ["reparameterize_performance"],
-               "message": {"reparameterize_performance": "wrong answer in a timed loop"},
-               "status": {"reparameterize_value": "passed", "reparameterize_gradient": "passed"}}}
+               "message": {"reparameterize_performance": "wrong answer in a timed loop"}}}
 # The loop, unless a frame a few levels up is the measuring code's (the kernel's server loop, or the measured
 # process's job): then the cheap wrong answer.
 SAMPLES["lab1_attack_loop_frame"] = {"cells": {"reparameterize": "import inspect\n\n" + REPARAM_HEAD +

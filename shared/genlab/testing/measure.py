@@ -250,9 +250,21 @@ def _child(sock: socket.socket, shell, staged: list) -> None:
         read_frame(sock)   # until the grader has read the process and ends it
 
 
-def _ready(sock: socket.socket, request_id: str, staged: list) -> list:
+def _ready(sock: socket.socket, request_id: str, staged: list, witness: bool = False) -> list:
     """The ready mark: said once the cells have run; the inputs of a timed job come after it, so nothing the
-    cells did can have depended on them. Returns the inputs (``staged`` where the job brings none)."""
+    cells did can have depended on them. Returns the inputs (``staged`` where the job brings none).
+
+    With ``witness`` (a memory job), a copy of the process is forked first and stopped at once: it shares every
+    page with this process, copy on write, so a page this process writes from now on moves to a new frame, and
+    the grader, reading both processes' page frames at the end, sees which pages were held and never written."""
+    if witness:
+        import signal
+
+        pid = os.fork()
+        if pid == 0:
+            os.kill(os.getpid(), signal.SIGSTOP)
+            os._exit(0)
+        os.waitpid(pid, os.WUNTRACED)   # stopped before the grader is told
     send_answer(sock, request_id, {"ok": True, "ready": True}, {})
     frame = read_frame(sock)
     if frame is None:
@@ -276,7 +288,7 @@ def _job(shell, staged: list, job: dict, sock: socket.socket | None = None, requ
     for source in job.get("cells", ()):
         shell.run_cell(source, silent=True)   # as in the kernel: a cell's error stops that cell only
     if job.get("mark") and sock is not None:
-        staged = _ready(sock, request_id, staged)
+        staged = _ready(sock, request_id, staged, witness=bool(job.get("witness")))
     if job["kind"] == "baseline":
         return None
     name = job["target"]
