@@ -568,7 +568,7 @@ TRAIN_HEAD = "def train_adapters(model, x, y, steps, lr, batch=64, seed=0):\n"
 _QLORA_OK = (
     QLORA_HEAD +
     "        self.shape, self.block, self.dq_block = tuple(base.weight.shape), block_size, double_quant_block_size\n"
-    "        codes, absmax = nf4_quantize(base.weight, block_size)\n"
+    "        codes, absmax = nf4_quantize(base.weight.detach(), block_size)\n"
     "        q, scales, offset = double_quantize(absmax, double_quant_block_size)\n"
     "        self.register_buffer('packed', pack_4bit(codes))\n"
     "        self.register_buffer('absmax_q', q)\n"
@@ -597,7 +597,7 @@ _QLORA_OK = (
 SAMPLES["lab4_variant_qlora_low_nibble"] = {"expect": {"full": True}, "cells": {
     "QLoRALinear": QLORA_HEAD +
     "        self.shape, self.block, self.dq_block = tuple(base.weight.shape), block_size, double_quant_block_size\n"
-    "        codes, absmax = nf4_quantize(base.weight, block_size)\n"
+    "        codes, absmax = nf4_quantize(base.weight.detach(), block_size)\n"
     "        codes = codes.to(torch.uint8)\n"
     "        if codes.numel() % 2:\n"
     "            codes = torch.cat([codes, codes.new_zeros(1)])\n"
