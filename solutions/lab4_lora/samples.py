@@ -583,6 +583,147 @@ SAMPLES["lab4_variant_merge_own_copy_in_place"] = {
               "    merged = weight.detach().to(compute, copy=True)\n"
               "    merged.addmm_(B.to(compute), A.to(compute), alpha=scaling)\n"
               "    return merged.to(weight.dtype)\n"}}
+# -- issue 43: the 4-bit layer QLoRALinear, add_qlora, train_adapters and the graded outcome --------------------------
+QLORA_HEAD = ("class QLoRALinear(nn.Module):\n"
+              "    def __init__(self, base, r, alpha, block_size=64, double_quant_block_size=256, dtype=torch.float32,\n"
+              "                 generator=None):\n"
+              "        super().__init__()\n"
+              "        if not isinstance(base, nn.Linear):\n"
+              "            raise TypeError('QLoRALinear needs an nn.Linear')\n")
+ADD_QLORA_HEAD = "def add_qlora(model, r, alpha, dtype=torch.float32, generator=None):\n"
+TRAIN_HEAD = "def train_adapters(model, x, y, steps, lr, batch=64, seed=0):\n"
+# The reference's layer with one change (a bug) spliced in by name
+_QLORA_OK = (
+    QLORA_HEAD +
+    "        self.shape, self.block, self.dq_block = tuple(base.weight.shape), block_size, double_quant_block_size\n"
+    "        codes, absmax = nf4_quantize(base.weight.detach(), block_size)\n"
+    "        q, scales, offset = double_quantize(absmax, double_quant_block_size)\n"
+    "        self.register_buffer('packed', pack_4bit(codes))\n"
+    "        self.register_buffer('absmax_q', q)\n"
+    "        self.register_buffer('absmax_scales', scales)\n"
+    "        self.register_buffer('absmax_offset', torch.as_tensor(offset, dtype=torch.float32).reshape(()))\n"
+    "        self.register_buffer('bias', None if base.bias is None else base.bias.detach().clone())\n"
+    "        A, B = lora_init(base.in_features, base.out_features, r, generator=generator, dtype=dtype)\n"
+    "        self.lora_A, self.lora_B = nn.Parameter(A), nn.Parameter(B)\n"
+    "        self.scaling = lora_scaling(alpha, r)\n"
+    "        #INIT\n"
+    "\n"
+    "    def rebuilt_weight(self):\n"
+    "        n = self.absmax_q.numel()\n"
+    "        absmax = self.absmax_q.float() * self.absmax_scales.repeat_interleave(self.dq_block)[:n] + self.absmax_offset\n"
+    "        return nf4_dequantize(unpack_4bit(self.packed, math.prod(self.shape)), absmax, self.shape, self.block)\n"
+    "\n"
+    "    def forward(self, x):\n"
+    "        weight = WEIGHT.to(x.dtype)\n"
+    "        bias = None if self.bias is None else self.bias.to(x.dtype)\n"
+    "        return lora_forward(x, weight, bias, self.lora_A.to(x.dtype), self.lora_B.to(x.dtype), self.scaling)\n")
+
+# Correct variant: the codes packed with the first of each pair in the LOW nibble, by its own shifts (the text leaves
+# the order free), the bias a frozen Parameter, the adapters nn.Linear layers (peft's layout), the constants spread with
+# a gather; add_qlora by recursion over named_children; train_adapters zeroing the gradients with set_to_none=False
+# before the forward, and float(loss)
+SAMPLES["lab4_variant_qlora_low_nibble"] = {"expect": {"full": True}, "cells": {
+    "QLoRALinear": QLORA_HEAD +
+    "        self.shape, self.block, self.dq_block = tuple(base.weight.shape), block_size, double_quant_block_size\n"
+    "        codes, absmax = nf4_quantize(base.weight.detach(), block_size)\n"
+    "        codes = codes.to(torch.uint8)\n"
+    "        if codes.numel() % 2:\n"
+    "            codes = torch.cat([codes, codes.new_zeros(1)])\n"
+    "        self.register_buffer('packed', codes[0::2] | (codes[1::2] << 4))\n"
+    "        q, scales, offset = double_quantize(absmax, double_quant_block_size)\n"
+    "        self.register_buffer('absmax_q', q)\n"
+    "        self.register_buffer('absmax_scales', scales)\n"
+    "        self.register_buffer('absmax_offset', torch.tensor(float(offset)))\n"
+    "        self.bias = None if base.bias is None else nn.Parameter(base.bias.detach().clone(), requires_grad=False)\n"
+    "        self.lora_A = nn.Linear(base.in_features, r, bias=False, dtype=dtype)\n"
+    "        self.lora_B = nn.Linear(r, base.out_features, bias=False, dtype=dtype)\n"
+    "        A, B = lora_init(base.in_features, base.out_features, r, generator=generator, dtype=dtype)\n"
+    "        with torch.no_grad():\n"
+    "            self.lora_A.weight.copy_(A)\n"
+    "            self.lora_B.weight.copy_(B)\n"
+    "        self.s = alpha / r\n"
+    "\n"
+    "    def forward(self, x):\n"
+    "        n = math.prod(self.shape)\n"
+    "        codes = torch.stack([self.packed & 15, self.packed >> 4], dim=1).flatten()[:n]\n"
+    "        group = torch.arange(self.absmax_q.numel()) // self.dq_block\n"
+    "        absmax = self.absmax_q.float() * self.absmax_scales[group] + self.absmax_offset\n"
+    "        weight = nf4_dequantize(codes, absmax, self.shape, self.block).to(x.dtype)\n"
+    "        bias = None if self.bias is None else self.bias.to(x.dtype)\n"
+    "        low = F.linear(F.linear(x, self.lora_A.weight.to(x.dtype)), self.lora_B.weight.to(x.dtype))\n"
+    "        return F.linear(x, weight, bias) + self.s * low\n",
+    "add_qlora": ADD_QLORA_HEAD +
+    "    model.requires_grad_(False)\n"
+    "    def walk(module):\n"
+    "        for name, child in module.named_children():\n"
+    "            if isinstance(child, nn.Linear):\n"
+    "                setattr(module, name, QLoRALinear(child, r, alpha, dtype=dtype, generator=generator))\n"
+    "            else:\n"
+    "                walk(child)\n"
+    "    walk(model)\n"
+    "    return model\n",
+    "train_adapters": TRAIN_HEAD +
+    "    optimizer = torch.optim.Adam((p for p in model.parameters() if p.requires_grad), lr=lr)\n"
+    "    g = torch.Generator().manual_seed(seed)\n"
+    "    model.train()\n"
+    "    losses = []\n"
+    "    for step in range(steps):\n"
+    "        idx = torch.randint(len(x), (batch,), generator=g)\n"
+    "        optimizer.zero_grad(set_to_none=False)\n"
+    "        loss = F.cross_entropy(model(x[idx]), y[idx])\n"
+    "        loss.backward()\n"
+    "        optimizer.step()\n"
+    "        losses.append(float(loss))\n"
+    "    return losses\n",
+}}
+# The NF4 round trip held as a float32 weight, frozen: the 4-bit base of section 9 ("fake quantization": the accuracy
+# of NF4, none of its memory; yxli2123/LoftQ issue #1, "you use NF fake quantization, so I guess you can't save the
+# GPU memory like QLoRA", and the answer that the fake-quantized weights are an option for those with the memory)
+SAMPLES["lab4_bug_qlora_round_trip_in_float"] = {"expect": {"failed_tests": ["QLoRALinear_state"]}, "cells": {
+    "QLoRALinear": _QLORA_OK.replace(
+        "        #INIT\n",
+        "        self.register_buffer('weight', self.rebuilt_weight())   # the round trip, kept in float32\n")
+    .replace("WEIGHT", "self.weight")}}
+# The same round trip made a trainable Parameter: the base trains with the adapters (johnsmith0031/alpaca_lora_4bit
+# issue #17: "reconstruct the fp16 weight from 4bit weight ... and set require_grads to be True"; bitsandbytes
+# issue #839 asks why Linear4bit's weight has requires_grad=False). Full fine-tuning plus an adapter, in float32
+SAMPLES["lab4_bug_qlora_base_trainable"] = {"expect": {"failed_tests": ["QLoRALinear_state"]}, "cells": {
+    "QLoRALinear": _QLORA_OK.replace(
+        "        #INIT\n", "        self.weight = nn.Parameter(self.rebuilt_weight())   # trainable, in float32\n")
+    .replace("WEIGHT", "self.weight")}}
+# The weight rebuilt on the first call and kept in a plain attribute for the next ones (artalis-io/bitnet.c issue #2,
+# "Cache dequantized weights": "dequantize all weights at model load time", the RAM it costs in exchange for speed).
+# Out of state_dict, so the memory test cannot see it: the layer answers with its first weight after its buffers change
+SAMPLES["lab4_bug_qlora_weight_cached"] = {"expect": {"failed_tests": ["QLoRALinear_value"]}, "cells": {
+    "QLoRALinear": _QLORA_OK.replace("        #INIT\n", "        self._cache = None\n").replace(
+        "        weight = WEIGHT.to(x.dtype)\n",
+        "        if self._cache is None:\n"
+        "            self._cache = self.rebuilt_weight()   # rebuilt once, reused by every later call\n"
+        "        weight = self._cache.to(x.dtype)\n")}}
+# The gradients never zeroed between steps: each step's gradient is the sum of all before it ("the most common
+# production bug is missing zero_grad": thecodeforge.io, "PyTorch Training Loop: Missing zero_grad Causes Nonsense")
+SAMPLES["lab4_bug_train_no_zero_grad"] = {
+    "expect": {"failed_tests": ["train_adapters_value", "train_adapters_outcome"]}, "cells": {
+        "train_adapters": TRAIN_HEAD +
+        "    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)\n"
+        "    g = torch.Generator().manual_seed(seed)\n"
+        "    model.train()\n"
+        "    losses = []\n"
+        "    for _ in range(steps):\n"
+        "        idx = torch.randint(len(x), (batch,), generator=g)\n"
+        "        loss = F.cross_entropy(model(x[idx]), y[idx])\n"
+        "        loss.backward()                  # no zero_grad: the gradients add up from step to step\n"
+        "        optimizer.step()\n"
+        "        losses.append(loss.item())\n"
+        "    return losses\n"}}
+
+_NF4 = ["nf4_code_book", "nf4_quantize", "nf4_dequantize", "pack_4bit", "unpack_4bit", "double_quantize"]
+DEPENDS |= {
+    "QLoRALinear": [*_NF4, "lora_init", "lora_scaling", "lora_forward"],
+    "add_qlora": ["QLoRALinear", *_NF4, "lora_init", "lora_scaling", "lora_forward"],
+    "train_adapters": ["add_qlora", "QLoRALinear", *_NF4, "lora_init", "lora_scaling", "lora_forward"],
+}
+
 # -- the walls behind the policy for graded code (issue 39) ---------------------------------------------------
 # These use torch's private dispatch machinery, outside the policy (course.toml [policy]: no underscore attribute):
 # graded with the policy, their lora_forward is not run and its tests are `refused`. tests/test_grading.py grades
