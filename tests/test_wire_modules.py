@@ -191,3 +191,22 @@ def test_a_module_kept_in_the_kernel_is_measured_there_through_its_handle():
     with pytest.raises(RuntimeError, match="no kernel"):
         grad_of(module, torch.randn(2, 5, 16))
     assert sent["kind"] == "grad_of" and sent["handle"] == 7 and "target" not in sent and "method" not in sent
+
+
+def test_a_parameters_gradient_crosses_with_it_and_a_missing_one_stays_none():
+    """Lab 6's grad_norms_by_module reads .grad after a backward pass: a gradient crosses with its parameter, a
+    parameter that received none arrives without one, and a recorded call keeps both as they were."""
+    from genlab.testing.calls import detached
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1))
+    model[0].requires_grad_(False)
+    model(torch.randn(4, 3)).sum().backward()
+    encoder = wire.Encoder()
+    tree = encoder.encode(model)
+    rebuilt = wire.decode(tree, encoder.tensors, modules={})
+    assert rebuilt[0].weight.grad is None and rebuilt[0].bias.grad is None
+    torch.testing.assert_close(rebuilt[1].weight.grad, model[1].weight.grad)
+    torch.testing.assert_close(rebuilt[1].bias.grad, model[1].bias.grad)
+    recorded = detached(model)
+    torch.testing.assert_close(recorded[1].weight.grad, model[1].weight.grad)
+    assert recorded[0].weight.grad is None

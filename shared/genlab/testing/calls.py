@@ -46,8 +46,12 @@ def detached(value, keep_grad: bool = False):
     if isinstance(value, torch.Tensor):
         copy_ = value.detach().clone()
         return copy_.requires_grad_(True) if keep_grad and value.requires_grad else copy_
-    if isinstance(value, torch.nn.Module):  # its weights, buffers and mode as they were at the call
-        return copy.deepcopy(value)
+    if isinstance(value, torch.nn.Module):  # its weights, buffers, gradients and mode as they were at the call
+        twin = copy.deepcopy(value)  # Parameter.__deepcopy__ leaves .grad behind: Lab 6 reads gradients
+        for original, copied in zip(value.parameters(), twin.parameters()):
+            if original.grad is not None:
+                copied.grad = original.grad.detach().clone()
+        return twin
     if isinstance(value, torch.Generator):  # its state at the call: each replay draws what the call drew
         twin = torch.Generator(device=value.device)
         twin.set_state(value.get_state())

@@ -226,9 +226,10 @@ def student_error(type_name: str, message: str, tb: str = "") -> StudentError:
 # -- torch.nn modules a test sends to the kernel ------------------------------------------------------------
 # A test may build a small model (``nn.Sequential`` of ``nn.Linear`` ...) and pass it to a student's function
 # (Lab 4's ``add_lora(model, ...)``). It crosses as data: the class's name from this allow-list, its
-# constructor's arguments (plain numbers, checked), its children, and its own parameters and buffers as
-# tensors. The kernel rebuilds it from torch.nn alone: nothing is unpickled, no other class is built. A
-# parameter shared by two modules (tied weights) arrives as one parameter.
+# constructor's arguments (plain numbers, checked), its children, and its own parameters (each with its ``.grad``
+# where a backward pass left one: Lab 6's ``grad_norms_by_module``) and buffers as tensors. The kernel rebuilds
+# it from torch.nn alone: nothing is unpickled, no other class is built. A parameter shared by two modules (tied
+# weights) arrives as one parameter.
 _MODULES = {cls.__name__: cls for cls in (
     torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict, torch.nn.Linear, torch.nn.Identity,
     torch.nn.ReLU, torch.nn.GELU, torch.nn.Tanh, torch.nn.SiLU, torch.nn.Sigmoid, torch.nn.Dropout,
@@ -274,6 +275,8 @@ def encode_module(module: torch.nn.Module, encoder: Encoder) -> dict:
             meta = encoder.encode(p)
             shared[id(p)] = meta["__tensor__"]
             own[pname] = {**meta, "parameter": isinstance(p, torch.nn.Parameter)}
+            if isinstance(p, torch.nn.Parameter) and p.grad is not None:  # after a backward pass (Lab 6)
+                own[pname]["grad"] = encoder.encode(p.grad)
     return {"__module__": name, "init": _INIT_ARGS.get(name, lambda m: {})(module), "training": module.training,
             "children": [[n, encode_module(c, encoder) if type(c) in _MODULES.values() else encoder.encode(c)]
                          for n, c in module.named_children()],
@@ -310,8 +313,13 @@ def decode_module(tree: dict, tensors: dict[str, torch.Tensor], shared: dict) ->
         if "__same_as__" in meta:
             value = shared[str(meta["__same_as__"])]
         else:
-            t = decode({k: v for k, v in meta.items() if k != "parameter"}, tensors)
+            t = decode({k: v for k, v in meta.items() if k not in ("parameter", "grad")}, tensors)
             value = torch.nn.Parameter(t.detach(), requires_grad=t.requires_grad) if meta.get("parameter") else t
+            if isinstance(value, torch.nn.Parameter) and isinstance(meta.get("grad"), dict):
+                grad = decode(meta["grad"], tensors)
+                if not isinstance(grad, torch.Tensor) or grad.shape != value.shape:
+                    raise ValueError(f"malformed module spec: the gradient of {pname} does not match its shape")
+                value.grad = grad.detach().to(value.dtype)
             shared[meta["__tensor__"]] = value
         if isinstance(value, torch.nn.Parameter):
             module.register_parameter(str(pname), value)
