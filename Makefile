@@ -45,7 +45,7 @@ demo-all: venv  ## autograde every sample submission
 # One torch thread per process: on 2 shared cores, two threads per kernel made the notebooks up to 8x slower.
 test: venv  ## the whole suite: unit tests, grading of the samples, browser and cluster tests, nbval over the solutions
 	bash .ci/system-deps.sh  # idempotent: an older venv may predate a system package or the kernel user
-	OMP_NUM_THREADS=1 bash .ci/with-postgres.sh \
+	OMP_NUM_THREADS=1 GENLAB_STRICT_READINGS=1 bash .ci/with-postgres.sh \
 	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=15 \
 		--nbval-lax --nbval-sanitize-with .ci/nbval-sanitize.cfg tests solutions
 
@@ -73,6 +73,16 @@ screenshots: venv  ## regenerate docs/screenshots/ (each lab's widget in Jupyter
 # CPU torch is enough for ARGS=--dry-run, which lists the checks on any machine.
 gpu-check:  ## everything a GPU machine should prove, one command (.ci/gpu-check); writes gpu-report.md
 	$(or $(GPU_PYTHON),$(wildcard $(PY)),$(PYTHON)) .ci/gpu-check $(ARGS)
+
+.PHONY: image image-check
+# Not part of `make test`: minutes of building (docs/instructor-guide.md, "The grading image"). podman with runc;
+# IMAGE_BASE=official|local|<image> (default: the official Python image if a registry gives it, else a local
+# Debian base that deploy/image/base.sh builds with mmdebstrap); IMAGE names the result.
+image:  ## build the grading image (Dockerfile) with podman: deploy/image/build.sh
+	bash deploy/image/build.sh
+
+image-check: venv  ## grade the demo's submissions in the image and outside, compare grades.csv; the platforms' entry points in it
+	OMP_NUM_THREADS=1 $(PY) deploy/image/check.py
 
 clean:
 	rm -rf out .pytest_cache

@@ -68,19 +68,23 @@ def cmd_grade(args) -> int:
     from autograder.course.grade import grade_all, parse_shard
     from autograder.core.limits import Limits
     from autograder.core.results import table
+    from autograder.platforms.common import PlatformSettings
     from autograder.wall.sandbox import SandboxUnavailable
 
     root = _root(args)
     limits = Limits.load(root / "autograder" / "course.toml", cell_timeout_s=args.cell_timeout,
                          notebook_timeout_s=args.notebook_timeout, test_timeout_s=args.test_timeout,
                          memory_gib=args.memory_limit, output_bytes_per_cell=args.output_limit,
-                         full_run=True if args.full_run else None)
+                         full_run=True if args.full_run else None,
+                         policy_exempt=tuple(args.without_policy) or None)
     db = args.db or os.environ.get("GENLAB_DB") or None
     try:
         results = grade_all(root, Path(args.submissions), Path(args.out), workers=args.workers,
                             labs=args.lab or None, limits=limits, progress=not args.quiet, unsafe=args.unsafe,
                             db_url=db, shard=parse_shard(args.shard),
-                            course_toml=Path(args.course) if args.course else None)
+                            course_toml=Path(args.course) if args.course else None,
+                            allow_container=PlatformSettings.load(root / "autograder" / "course.toml")
+                            .allow_container_mode)
     except SandboxUnavailable as exc:
         print(f"genlab grade: {exc}", file=sys.stderr)
         return 2
@@ -233,6 +237,9 @@ def main(argv=None) -> int:
     p.add_argument("--output-limit", type=int, default=None, help="bytes of output kept per cell")
     p.add_argument("--full-run", action="store_true",
                    help="run every cell of each notebook, not only what the tests need (course.toml: full_run)")
+    p.add_argument("--without-policy", action="append", default=[], metavar="STUDENT",
+                   help="grade this student's notebooks without the policy for graded code (course.toml [policy]); "
+                        "the sandbox and the tamper checks still apply (repeatable)")
     p.add_argument("--unsafe", action="store_true", help="grade without a sandbox (trusted notebooks only)")
     p.add_argument("--db", help="gradebook URL, e.g. postgresql://user:pw@host/db (default: DIR/gradebook.db; "
                                 "also read from $GENLAB_DB)")

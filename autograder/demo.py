@@ -14,7 +14,9 @@ from pathlib import Path
 from autograder.core.labs import discover
 from autograder.release.sample_submissions import HERE as SAMPLES, ROOT
 
-SHOWCASE = ["attack_allclose", "attack_tensor_subclass", "fault_exit", "fault_missing_notebook"]
+# attack_allclose (tampered), lab1_attack_watch_list_frozen (refused by the policy for graded code), fault_exit (a
+# kernel killed; graded, as the test suite grades it, without the policy, which would not run its os._exit cell)
+SHOWCASE = ["attack_allclose", "lab1_attack_watch_list_frozen", "fault_exit", "fault_missing_notebook"]
 
 
 def representative(root: Path = ROOT) -> list[tuple[str, str]]:
@@ -25,6 +27,12 @@ def representative(root: Path = ROOT) -> list[tuple[str, str]]:
         chosen += [("reference", lab.id)] + [(name, lab.id) for name in bugs[:2]]
         chosen += [(name, lab.id) for name in SHOWCASE if name in lab.samples]
     return chosen
+
+
+def without_policy(root: Path = ROOT) -> list[str]:
+    """``--without-policy NAME`` for each sample that tests a wall behind the policy (its spec: "policy": "off")."""
+    names = sorted({name for lab in discover(root) for name, spec in lab.samples.items() if spec.get("policy") == "off"})
+    return [arg for name in names for arg in ("--without-policy", name)]
 
 
 def copy_samples(pairs: list[tuple[str, str]], into: Path) -> Path:
@@ -44,7 +52,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     out = Path(args.out).resolve()
     submissions = SAMPLES if args.all else copy_samples(representative(), out.parent / f"{out.name}-submissions")
-    return genlab(["--root", str(ROOT), "grade", str(submissions), "--out", str(out), "--workers", args.workers])
+    return genlab(["--root", str(ROOT), "grade", str(submissions), "--out", str(out), "--workers", args.workers,
+                   *without_policy()])
 
 
 if __name__ == "__main__":

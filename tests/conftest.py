@@ -21,6 +21,9 @@ import grading_run
 import phases
 
 ROOT = Path(__file__).resolve().parents[1]
+# A sentence of a lab's text that this run's numbers contradict fails the suite (genlab.readings); nbval's kernels
+# inherit this environment. The grader never passes it on to a student's kernel (sandbox.PASSED_ON).
+os.environ.setdefault("GENLAB_STRICT_READINGS", "1")
 GRADED = ["reference", "bug_kl_sign_flipped"]   # the Lab 1 samples ``graded`` grades (and one more, below)
 
 # JupyterLab user settings for the test server: every cell in the page (no virtual scrolling, so the test

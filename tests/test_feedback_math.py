@@ -83,8 +83,9 @@ def _render_and_seal(nb) -> tuple[float, str]:
 
     from autograder.core.sanitize import inert_notebook
     from autograder.course.feedback import STYLESHEET
-    from autograder.course.html_export import FeedbackHTMLExporter
+    from autograder.course.html_export import FeedbackHTMLExporter, clear_caches
 
+    clear_caches()   # each page timed as a fresh process draws it: no cell highlighted or formula drawn before
     start = time.process_time()
     page = seal_page(FeedbackHTMLExporter().from_notebook_node(inert_notebook(nb))[0], STYLESHEET)
     return time.process_time() - start, page
@@ -109,6 +110,41 @@ def test_unclosed_math_delimiters_cost_about_what_a_normal_page_costs():
     assert attacked_s < 3 * normal_s + 0.5, (attacked_s, normal_s)
     assert page.count("this Markdown is shown as plain text, cut to its first 20,000 characters") == 2
     assert "math delimiters, over 400" in page
+
+
+def test_pages_drawn_from_the_caches_are_the_pages_drawn_without_them():
+    """A process draws many pages (autograder.course.html_export): highlighting, templates and formulas are
+    cached by content. The same notebook drawn cold, drawn again warm, and a second notebook that shares most
+    cells drawn warm give the pages each gives when drawn cold."""
+    from pathlib import Path
+
+    from autograder.course.html_export import clear_caches
+
+    release = Path(__file__).resolve().parents[1] / "labs" / "lab2_diffusion" / "lab2_diffusion.ipynb"
+    first = nbformat.read(str(release), as_version=4)
+    second = nbformat.read(str(release), as_version=4)
+    cell = next(c for c in second.cells if c.cell_type == "code" and "def " in c.source)
+    cell.source += "\n# the student's own line, $x$ in a comment"
+    second.cells.append(nbformat.v4.new_markdown_cell(PROSE))
+    _, cold_first = _render_and_seal(first)
+    _, cold_second = _render_and_seal(second)          # each starts from empty caches
+    _, warm_first = _render_and_seal_warm(first)
+    _, warm_second = _render_and_seal_warm(second)
+    assert warm_first == cold_first and warm_second == cold_second and cold_first != cold_second
+    clear_caches()
+
+
+def _render_and_seal_warm(nb) -> tuple[float, str]:
+    """As :func:`_render_and_seal`, the caches kept from the pages drawn before."""
+    import time
+
+    from autograder.core.sanitize import inert_notebook
+    from autograder.course.feedback import STYLESHEET
+    from autograder.course.html_export import FeedbackHTMLExporter
+
+    start = time.process_time()
+    page = seal_page(FeedbackHTMLExporter().from_notebook_node(inert_notebook(nb))[0], STYLESHEET)
+    return time.process_time() - start, page
 
 
 def test_markdown_within_the_budget_is_still_rendered_and_the_labs_own_cells_always_are():

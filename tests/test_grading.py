@@ -33,6 +33,10 @@ EXPECT = {lab: {name: spec["expect"] for name, spec in folder.samples.items()} f
 # 2-core EPYC (issue 19), where 1800 s left too little room once a busy machine slowed it further.
 GRADING_TIMEOUT_S = 3000
 CASES = [(lab, name, expect) for lab in LABS for name, expect in EXPECT[lab].items()]
+# Samples that test the walls behind the policy for graded code (their spec says "policy": "off"), graded without it.
+POLICY_OFF = sorted({name for folder in LABS.values() for name, spec in folder.samples.items()
+                     if spec.get("policy") == "off"})
+WITHOUT_POLICY = [arg for name in POLICY_OFF for arg in ("--without-policy", name)]
 
 
 def cases(predicate):
@@ -50,7 +54,8 @@ def graded(tmp_path_factory):
     out = tmp_path_factory.mktemp("graded")
     before = _fingerprint(ROOT / "autograder" / "samples"), _fingerprint(ROOT / "solutions")
     cmd = [sys.executable, "-m", "autograder.cli", "--root", str(ROOT), "grade", str(ROOT / "autograder" / "samples"),
-           "--out", str(out), "--workers", "2", "--cell-timeout", "60", "--test-timeout", "20", "--quiet"]
+           "--out", str(out), "--workers", "2", "--cell-timeout", "60", "--test-timeout", "20", "--quiet",
+           *WITHOUT_POLICY]
     run = grading_run.run(cmd, timeout=GRADING_TIMEOUT_S)
     assert run.returncode == 0, run.stderr[-3000:]
     rows = defaultdict(dict)
@@ -62,6 +67,12 @@ def graded(tmp_path_factory):
     results = {(r["student"], r["lab"]): r for r in json.loads((out / "results.json").read_text())}
     unchanged = before == (_fingerprint(ROOT / "autograder" / "samples"), _fingerprint(ROOT / "solutions"))
     return out, rows, results, run.stdout, unchanged
+
+
+def test_a_sample_name_graded_without_the_policy_is_so_in_every_lab():
+    """--without-policy names a student, for every lab: no lab may want the policy for a sample of that name."""
+    for folder in LABS.values():
+        assert all(spec.get("policy") == "off" for name, spec in folder.samples.items() if name in POLICY_OFF)
 
 
 def test_every_sample_graded_and_nothing_lost(graded):
@@ -290,7 +301,8 @@ def graded_full_run(tmp_path_factory):
         else:  # handed in under another name or not at all (fault_wrong_name, fault_missing_notebook)
             shutil.copytree(folder, subs / sample, symlinks=True, dirs_exist_ok=True)
     cmd = [sys.executable, "-m", "autograder.cli", "--root", str(ROOT), "grade", str(subs), "--out", str(out),
-           "--workers", "2", "--cell-timeout", "60", "--test-timeout", "20", "--quiet", "--full-run"]
+           "--workers", "2", "--cell-timeout", "60", "--test-timeout", "20", "--quiet", "--full-run",
+           *WITHOUT_POLICY]
     run = grading_run.run(cmd, timeout=GRADING_TIMEOUT_S)
     assert run.returncode == 0, run.stderr[-3000:]
     with (out / "grades.csv").open() as f:

@@ -223,12 +223,15 @@ def canaries(monkeypatch):
 
 @needs_bwrap
 def test_no_canary_reaches_anything_the_grader_writes(canaries, tmp_path):
+    from autograder.core.limits import Limits
     from autograder.course.grade import grade_all
 
     subs = tmp_path / "submitted"
     shutil.copytree(ROOT / "autograder" / "samples" / "lab1_attack_canaries", subs / "lab1_attack_canaries")
     out = tmp_path / "out"
-    [result] = grade_all(ROOT, subs, out, labs=["lab1_vae"], progress=False)
+    # graded without the policy for graded code, which would not run the hunt (it imports os): the sandbox is tested
+    [result] = grade_all(ROOT, subs, out, labs=["lab1_vae"], progress=False,
+                         limits=Limits(policy_exempt=("lab1_attack_canaries",)))
     written = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert any(p.suffix == ".html" for p in written), "no feedback page was written"
     everything = b"".join(written.values())

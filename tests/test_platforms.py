@@ -17,6 +17,7 @@ is (setup.sh installs it in /usr and /opt/genlab-venv); nothing else changes.
 """
 from __future__ import annotations
 
+import csv
 import json
 import os
 import secrets
@@ -223,8 +224,7 @@ def reparameterize(mu, logvar, eps=None):
     return mu   # wrong, unless the reference below could be read
 
 
-_root = {root!r}
-for _course in (os.path.join(_root, 'auto' + 'grader', 'sour' + 'ce'), os.path.join(_root, 'opt', 'genlab-' + 'grader')):
+for _course in {courses!r}:
     try:
         os.listdir(_course)
         for _c in json.load(open(os.path.join(_course, 'sol' + 'utions', 'lab1_vae', 'lab1_vae.ipynb')))['cells']:
@@ -232,8 +232,8 @@ for _course in (os.path.join(_root, 'auto' + 'grader', 'sour' + 'ce'), os.path.j
                 exec(''.join(_c['source']), globals())
     except OSError:
         pass
-for _results in (os.path.join(_root, 'auto' + 'grader', 'res' + 'ults'), os.path.join(_root, 'gr' + 'ade', 'res' + 'ults')):
-    for _name in ('results.json', 'forged-{nonce}'):
+for _results in {results!r}:
+    for _name in ('results.json', 'grades.csv', 'forged-{nonce}'):
         try:
             with open(os.path.join(_results, _name), 'w') as _f:
                 _f.write(json.dumps({{'score': 999, 'gradable': True, 'tests': []}}))
@@ -243,13 +243,17 @@ _attack_done = True
 '''
 
 
-def attacking_notebook(root: Path, nonce: str) -> nbformat.NotebookNode:
+def attacking_notebook(root: Path, nonce: str, courses=None, results=None) -> nbformat.NotebookNode:
     """The reference, but ``reparameterize`` returns ``mu`` unless the reference could be read from the
-    platform's course folder; the cell also tries to write the results file and leaves a process running."""
+    course folder (by default the platforms' under ``root``); the cell also tries to write the results file
+    into each folder of ``results`` and leaves a process running."""
+    courses = courses or [str(root / "autograder" / "source"), str(root / "opt" / "genlab-grader")]
+    results = results or [str(root / "autograder" / "results"), str(root / "grade" / "results")]
     nb = nbformat.read(str(SAMPLES / "reference" / LAB / f"{LAB}.ipynb"), as_version=4)
     for cell in nb.cells:
         if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "reparameterize":
-            cell.source = ATTACK.format(root=str(root), nonce=nonce)
+            cell.source = ATTACK.format(courses=[str(c) for c in courses], results=[str(r) for r in results],
+                                        nonce=nonce)
     return nb
 
 
@@ -355,7 +359,11 @@ def test_the_entry_point_grades_in_the_platforms_layout(built, platform, kind, w
         pytest.skip("container mode needs a grader running as root")
     if not wall and shutil.which("bwrap") is None:
         pytest.skip("no bubblewrap here: apt-get install bubblewrap")
-    run = run_platform(platform, built, kind, wall)
+    # The attack tests the platform's walls: it is graded without the policy for graded code ([policy] enforce =
+    # false in the course's course.toml), which would not run its cell (it imports os and subprocess, calls exec).
+    course = (ROOT / "autograder" / "course.toml").read_text()
+    course_toml = course.replace("\nenforce = true", "\nenforce = false", 1) if kind == "attack" else ""
+    run = run_platform(platform, built, kind, wall, course_toml=course_toml)
     data, tests = run["data"], _tests(run["data"], platform)
     mode = "container mode" if wall == "container" else "the bubblewrap sandbox"
     assert f"genlab: Graded in {mode}" in run["stdout"]
@@ -392,3 +400,52 @@ def test_a_course_that_forbids_container_mode_is_not_graded_in_it(built):
     assert "Not graded: course.toml forbids container mode" in run["stdout"]
     assert data["score"] == 0 and "tests" not in data and "course.toml forbids container mode" in data["output"]
     assert "Nothing was marked wrong in your code" in data["output"]
+
+
+# -- genlab grade in container mode ------------------------------------------------------------------------------
+@pytest.mark.slow
+@as_root
+def test_genlab_grade_in_container_mode_says_so_and_holds():
+    """``genlab grade`` where bubblewrap may not grade (forced here, as in a container without namespaces): the
+    output says container mode graded; the reference and a bug get their grades; an attack that reads the
+    course's reference solutions and writes the grades earns nothing and writes nothing; and the course and
+    submissions' modes are as they were afterwards."""
+    base = Path(tempfile.mkdtemp(prefix="genlab-grade-", dir="/tmp"))   # a folder any user may cross, as / is
+    base.chmod(0o755)
+    try:
+        _grade_in_container_mode(base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _grade_in_container_mode(base: Path) -> None:
+    subs, out, nonce = base / "submissions", base / "out", str(10**8 + secrets.randbelow(10**8))
+    for kind in ("reference", "bug_kl_sign_flipped"):
+        shutil.copytree(SAMPLES / kind / LAB, subs / kind / LAB)
+    (subs / "attack" / LAB).mkdir(parents=True)
+    nbformat.write(attacking_notebook(base, nonce, courses=[str(ROOT)], results=[str(out), str(subs)]),
+                   str(subs / "attack" / LAB / f"{LAB}.ipynb"))
+    modes = {p: p.stat().st_mode for p in (ROOT / "solutions", ROOT / "autograder", ROOT / "tests", subs)}
+    env = {**os.environ, common.WALL_ENV: "container", "OMP_NUM_THREADS": "1"}
+    done = grading_run.run(_entry([sys.executable, "-m", "autograder.cli", "--root", str(ROOT), "grade", str(subs),
+                                   "--out", str(out), "--lab", LAB, "--quiet", "--workers", "2",
+                                   # the attack tests the container's walls; the policy would not run its cell
+                                   "--without-policy", "attack"]),
+                           timeout=900, cwd=ROOT, env=env)
+    left = [int(pid) for pid in subprocess.run(["pgrep", "-f", f"sleep {nonce}"], capture_output=True,
+                                               text=True).stdout.split()]
+    for pid in left:   # this test's own process, by its id: none, unless the grader failed to kill it
+        os.kill(pid, 9)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "genlab grade: Graded in container mode (chosen by GENLAB_WALL=container)" in done.stderr
+    with open(out / "grades.csv") as f:
+        rows = list(csv.DictReader(f))
+    score = {(r["student"], r["test"]): float(r["score"]) for r in rows}
+    status = {(r["student"], r["test"]): r["status"] for r in rows}
+    tests = Lab.load(ROOT, LAB).tests
+    assert all(status[("reference", t)] == "passed" for t in tests), status
+    assert score[("bug_kl_sign_flipped", "gaussian_kl_value")] == 0
+    assert score[("attack", "reparameterize_value")] == 0 and status[("attack", "reparameterize_value")] == "failed"
+    assert score[("attack", "gaussian_kl_value")] == 2
+    assert not list(out.glob("forged-*")) and not list(subs.glob("forged-*")) and left == []
+    assert {p: p.stat().st_mode for p in modes} == modes

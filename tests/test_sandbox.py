@@ -145,7 +145,8 @@ def test_refuses_without_sandbox_unless_unsafe(monkeypatch):
 
 
 def test_cli_exits_2_with_the_reason_when_no_sandbox(tmp_path):
-    env = {**os.environ, "PATH": str(Path(sys.executable).parent)}  # no bwrap on this PATH
+    # no bwrap on this PATH, and no fallback to container mode (as root it could otherwise grade in it)
+    env = {**os.environ, "PATH": str(Path(sys.executable).parent), "GENLAB_WALL": "bubblewrap"}
     run = subprocess.run([sys.executable, "-m", "autograder.cli", "--root", str(ROOT), "grade", str(tmp_path),
                           "--out", str(tmp_path / "out")], capture_output=True, text=True, env=env, timeout=120)
     assert run.returncode == 2 and "refusing to grade without a sandbox" in run.stderr

@@ -22,11 +22,12 @@ class Status(StrEnum):
     TIMEOUT = "timeout"    # a limit on time stopped the student's code
     KILLED = "killed"      # the kernel died: crash, os._exit, the memory limit
     TAMPERED = "tampered"  # the notebook interferes with the grader: no test earns points
+    REFUSED = "refused"    # the code it tests is outside the policy for graded code (course.toml [policy]): not run
     MISSING = "missing"    # no notebook was handed in for this lab
 
 
 MARKS = {Status.FAILED: "x", Status.ERROR: "E", Status.TIMEOUT: "T", Status.KILLED: "K", Status.TAMPERED: "!",
-         Status.MISSING: "-"}
+         Status.REFUSED: "R", Status.MISSING: "-"}
 CSV_COLUMNS = ["student", "lab", "test", "score", "max_score", "status", "diagnosis"]
 MAX_SOLUTION_CHARS = 20000   # one solution cell, as results.json keeps it
 

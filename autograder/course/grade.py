@@ -18,7 +18,7 @@ import traceback
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing import util as mp_util
 from pathlib import Path
 
@@ -32,9 +32,11 @@ from autograder.course.gradebook import default_db_url
 from autograder.wall.kernel import KernelSession
 from autograder.core.labs import LabFolder, lab_ids
 from autograder.core.limits import Limits
+from autograder.wall.policy import lab_policy
 from autograder.core.results import Result, Status
 from autograder.wall import container
-from autograder.wall.sandbox import SandboxConfig, launcher, prepare_workdir, require as require_sandbox
+from autograder.wall.container import WALL_ENV, closed_around
+from autograder.wall.sandbox import SandboxConfig, SandboxUnavailable, launcher, prepare_workdir, visible_paths
 from autograder.grading.submissions import Found, locate, students
 from genlab.testing.notebook import grade_id
 
@@ -71,6 +73,15 @@ class Kernels:
         self._spare: Future | None = None
         self.warm: tuple[str, ...] = ()  # modules the next notebook's setup cell imports (the lab just loaded)
         self.more = True                 # another notebook follows this one: worth a spare kernel
+        # Container mode without a uid given for the run (genlab grade): each student kernel runs as a uid of
+        # its own, claimed in the run's scratch folder, and what it left running is killed once its notebook is
+        # graded (sweep), before the next kernel of that worker runs student code.
+        sandbox = run.sandbox
+        self.own_uids = sandbox is not None and sandbox.mode == container.CONTAINER and sandbox.uid is None
+        self._uid_of: dict[int, int] = {}   # id(session) -> its uid, until handed out by take()
+        self.taken: list[int] = []          # the uids of the kernels handed out since the last sweep
+        if self.own_uids:
+            container.become_subreaper()     # not inherited by a worker process: each adopts its kernels' orphans
         mp_util.Finalize(self, self.close, exitpriority=10)  # also runs when a pool worker process exits
 
     def _start(self, warm: tuple[str, ...] = (), reference: bool = False) -> KernelSession:
@@ -79,12 +90,18 @@ class Kernels:
         argv = None
         if sandbox is not None:
             prepare_workdir(workdir)
+            uid = None
             if sandbox.mode == container.CONTAINER:  # no namespaces: the reference kernel runs as the grader
+                if self.own_uids and not reference:
+                    uid = container.claim_uid(self.run.scratch)
+                    sandbox = replace(sandbox, uid=uid)
                 argv = container.launcher(sandbox, workdir, as_grader=reference)
             else:
                 argv = launcher(sandbox, workdir)
         session = KernelSession(workdir, self.run.limits, launcher=argv, remove_workdir=True,
                                 cgroup_limits=(sandbox.memory_bytes, sandbox.max_processes) if sandbox else None)
+        if sandbox is not None and uid is not None:
+            self._uid_of[id(session)] = uid
         session.start()
         ready = session.run_cell(session.boot_source, silent=True)   # the request server, before any other cell
         if ready.status != "ok":
@@ -99,6 +116,8 @@ class Kernels:
         spare, self._spare = self._spare, None
         session = spare.result() if spare is not None else self._start()
         session.started_at = time.monotonic()  # the notebook's time limit counts from now, not from the boot
+        if id(session) in self._uid_of:
+            self.taken.append(self._uid_of.pop(id(session)))
         if self.run.prestart and self.more:
             self._spare = self._starter.submit(self._start, self.warm)
         return session
@@ -111,6 +130,20 @@ class Kernels:
         """Where kernels start while a notebook is graded (None: everything starts when needed)."""
         return self._starter if self.run.prestart else None
 
+    def sweep(self) -> None:
+        """Container mode: kills every process left by the kernels handed out since the last sweep (their
+        notebooks graded, the kernels shut down) and gives their uids back; raises if any outlives SIGKILL."""
+        taken, self.taken = self.taken, []
+        left = {}
+        for uid in taken:
+            alive = container.sweep(uid)
+            if alive:
+                left[uid] = alive
+            else:
+                container.release_uid(self.run.scratch, uid)
+        if left:
+            raise RuntimeError(f"processes of a student kernel's uid outlived it and SIGKILL: {left}")
+
     def close(self) -> None:
         if self._spare is not None:
             try:
@@ -119,6 +152,13 @@ class Kernels:
                 pass
             self._spare = None
         self._starter.shutdown(wait=False)
+        if self.own_uids:   # the spare's uid too, and whatever a failed start left
+            self.taken += list(self._uid_of.values())
+            self._uid_of.clear()
+            try:
+                self.sweep()
+            except RuntimeError as exc:
+                print(f"genlab: {exc}", file=sys.stderr)
 
 
 @dataclass
@@ -172,7 +212,9 @@ def grade_one(run: Run, student: str, lab_id: str, found: Found, more: bool = Tr
     worker.kernels.more = more
     if not found.refused:  # unchanged since the last run: reused before anything of the lab is loaded
         folder = LabFolder(run.root, lab_id)
-        result_key = cache.key(found.path, [folder.source, folder.release, folder.bodies_file], run.limits)
+        # The lab's policy for graded code is part of the key: a changed allowlist grades every notebook again.
+        result_key = cache.key(found.path, [folder.source, folder.release, folder.bodies_file],
+                               (run.limits, lab_policy(run.root, lab_id)))
         cached = cache.load(run.out, student, lab_id, result_key)
         if cached is not None:
             return cached, True
@@ -181,8 +223,11 @@ def grade_one(run: Run, student: str, lab_id: str, found: Found, more: bool = Tr
         return Result.every_test(student, lab_id, lab.points, Status(found.status), found.refused,
                                  evidence=[found.refused] if found.status == Status.TAMPERED else []), False
     try:
-        result = pipeline.grade_notebook(student, lab, found.path, limits=run.limits,
-                                         start_kernel=worker.kernels.take, reference_kernel=reference_kernel)
+        try:
+            result = pipeline.grade_notebook(student, lab, found.path, limits=run.limits,
+                                             start_kernel=worker.kernels.take, reference_kernel=reference_kernel)
+        finally:
+            worker.kernels.sweep()   # container mode: nothing the student's kernel started outlives its grading
     except Exception:  # noqa: BLE001 - a grader fault on one notebook must not lose anyone's rows
         trace = traceback.format_exc()
         with (run.out / "grader-errors.log").open("a") as log:
@@ -262,28 +307,24 @@ def grade_in_parallel(run: Run, work: list[tuple[str, str, Found]], workers: int
 def grade_all(root: Path, submissions: Path, out: Path, *, workers: int = 1, labs: list[str] | None = None,
               limits: Limits | None = None, progress=True, unsafe: bool = False, db_url: str | None = None,
               shard: tuple[int, int] = (0, 1), prestart: bool = True,
-              course_toml: Path | None = None) -> list[Result]:
+              course_toml: Path | None = None, allow_container: bool = True) -> list[Result]:
+    """Grades every notebook of ``submissions`` into ``out`` (see the module's docstring). The wall: bubblewrap
+    where it works; where it cannot (a container without the namespaces it needs) container mode, unless
+    ``allow_container`` is false (course.toml's ``[platform] allow_container_mode``: the command line passes
+    it); ``GENLAB_WALL`` forces either. Which one graded is printed on standard error before any kernel starts."""
     root, submissions, out = Path(root).resolve(), Path(submissions).resolve(), Path(out).resolve()
     limits = limits or Limits()
     unknown = sorted(set(labs or []) - set(lab_ids(root)))
     if unknown:
         raise SystemExit(f"unknown lab(s) {unknown}: the labs are {lab_ids(root)}")
-    sandbox = None
-    if require_sandbox(unsafe):
-        sandbox = SandboxConfig(memory_bytes=limits.memory_bytes, max_processes=limits.max_processes,
-                                max_file_bytes=limits.max_file_bytes, scratch_bytes=limits.max_scratch_bytes,
-                                scratch_files=limits.max_scratch_files,
-                                hide=[root / "solutions", root / "autograder", root / ".git", out, submissions])
-    else:
-        print("WARNING: grading WITHOUT a sandbox (--unsafe): student code can read the hidden tests and write "
-              "the gradebook.", file=sys.stderr)
     every_student = bool(labs)
     labs = labs or lab_ids(root)
     out.mkdir(parents=True, exist_ok=True)
     out.chmod(0o700)  # grades, cache and feedback: the grader's user only, never a kernel of this or a later run
+    sandbox, scratch, saved = choose_wall(root, submissions, out, limits, unsafe, allow_container)
     # Kernels talk over Unix sockets in their scratch folders, and a socket path is limited to 107 bytes:
     # keep scratch short, in the temp folder, not under a possibly deep --out.
-    run = Run(root, out, Path(tempfile.mkdtemp(prefix="genlab-")), limits, sandbox, prestart)
+    run = Run(root, out, scratch, limits, sandbox, prestart)
     work = [w for w in find_work(root, submissions, labs, every_student, limits.max_notebook_bytes)
             if in_shard(w[0], shard)]
     labs = sorted({lab for _, lab, _ in work}) or labs
@@ -315,6 +356,7 @@ def grade_all(root: Path, submissions: Path, out: Path, *, workers: int = 1, lab
         bar.close()
         close_worker()  # this process's own kernels (worker processes close theirs when they exit)
         shutil.rmtree(run.scratch, ignore_errors=True)
+        container.restore(saved)   # container mode: the course and submissions' owners and modes as they were
     if reused and progress:
         print(f"{reused} of {len(work)} notebooks unchanged since the last run: their results were reused",
               file=sys.stderr)
@@ -324,6 +366,55 @@ def grade_all(root: Path, submissions: Path, out: Path, *, workers: int = 1, lab
     write_outputs(root, out, results, labs, db_url, workers, submissions=submissions,  # late penalties
                   course_toml=course_toml)
     return results
+
+
+def choose_wall(root: Path, submissions: Path, out: Path, limits: Limits, unsafe: bool,
+                allow_container: bool) -> tuple[SandboxConfig | None, Path, list[container.Saved]]:
+    """The run's wall (see :func:`grade_all`), its scratch folder, and in container mode the owners and modes
+    of what it closed (for :func:`autograder.wall.container.restore`). Raises
+    :class:`~autograder.wall.sandbox.SandboxUnavailable` when no wall may grade here and ``unsafe`` is false.
+
+    Container mode closes the course checkout but the Python environment and the student package kernels
+    import (:func:`autograder.wall.container.closed_around`), the submissions and ``out`` to the kernels'
+    uids, and checks as such a uid that it reaches none of them (nor the reference solutions) before any
+    kernel starts; it restores owners and modes when the run ends."""
+    config = SandboxConfig(memory_bytes=limits.memory_bytes, max_processes=limits.max_processes,
+                           max_file_bytes=limits.max_file_bytes, scratch_bytes=limits.max_scratch_bytes,
+                           scratch_files=limits.max_scratch_files,
+                           hide=[root / "solutions", root / "autograder", root / ".git", out, submissions])
+    wall = container.choose(allow_container, os.environ.get(WALL_ENV, ""))
+    saved: list[container.Saved] = []
+    if not wall.refused and wall.mode == container.CONTAINER:
+        scratch = container.scratch_folder()
+        config = replace(config, mode=container.CONTAINER)
+        keep = [p for p in visible_paths() if p.is_relative_to(root)]
+        closing = [*closed_around(root, keep), submissions, out]
+        saved, unchanged = container.lock_restorably(closing)
+        solutions = [p for p in (root / "solutions").glob("*/*") if p.is_file()]
+        probe_uid = container.claim_uid(scratch)
+        wall = container.hold(wall, replace(config, uid=probe_uid), scratch, [*closing, *solutions, scratch],
+                              [p for p in closing if p.is_dir()] + [scratch])
+        container.release_uid(scratch, probe_uid)
+        if wall.refused and unchanged:
+            wall = replace(wall, refused=f"{wall.refused} (could not close {', '.join(unchanged)}: a read-only "
+                                         "mount must be closed to other users, mode 700, where it is mounted from)")
+        if wall.refused:
+            container.restore(saved)
+            shutil.rmtree(scratch, ignore_errors=True)
+            saved = []
+    if not wall.refused:
+        print(f"genlab grade: {wall.describe()}", file=sys.stderr, flush=True)
+        if wall.mode == container.CONTAINER:
+            return config, scratch, saved
+        return config, Path(tempfile.mkdtemp(prefix="genlab-")), []
+    if not unsafe:
+        why = wall.refused if not wall.why or wall.why in wall.refused else f"{wall.why}; and {wall.refused}"
+        raise SandboxUnavailable(f"refusing to grade without a sandbox: {why}. Student code could then read the "
+                                 "hidden tests and write the gradebook. Install bubblewrap, or pass --unsafe to "
+                                 "grade trusted notebooks anyway.")
+    print("WARNING: grading WITHOUT a sandbox (--unsafe): student code can read the hidden tests and write "
+          f"the gradebook. ({wall.refused})", file=sys.stderr)
+    return None, Path(tempfile.mkdtemp(prefix="genlab-")), []
 
 
 def in_shard(student: str, shard: tuple[int, int]) -> bool:

@@ -4,7 +4,7 @@ Like nbgrader's converters list their preprocessors, :data:`STEPS` lists what ha
 notebook, in order; each step is a small function of the state, testable alone, and a step that concludes
 early (nothing handed in, an unreadable file) sets ``state.result`` and the remaining steps are skipped:
 
-    read -> assemble -> scan -> start kernel -> run cells -> integrity -> stop kernel -> diagnose -> verdict
+    read -> assemble -> scan -> policy -> start kernel -> run cells -> integrity -> stop kernel -> diagnose -> verdict
 
 Test cells run *in this process*, where they stand in the notebook, with the student's functions bound to
 proxies into the kernel (:mod:`autograder.wall.remote`) and the reference loaded from ``solutions/``; student
@@ -40,8 +40,10 @@ from autograder.core.limits import Limits
 from autograder.wall.remote import KeptCalls, KeptRecorder, RemoteFunction
 from autograder.core.results import Result, Status
 from autograder.core.sanitize import student_text
+from autograder.wall.policy import Refusals, lab_policy, refusals
 from autograder.wall.scan import scan_notebook
 from genlab.catalog import Bug, bugs_for
+from genlab.policy import student_cells
 from genlab.testing.diagnosis import diagnose
 from genlab.testing.notebook import LabNotebook, grade_id, is_setup, is_solution, is_test
 from genlab.testing.reference import Reference
@@ -107,6 +109,11 @@ class Lab:
                 importlib.import_module(name)
             except Exception:  # noqa: BLE001 - the test that imports it fails with the error, in its own time
                 pass
+
+    @cached_property
+    def policy(self):
+        """The policy for graded code of this lab (course.toml ``[policy]``; :mod:`autograder.wall.policy`)."""
+        return lab_policy(self.folder.root, self.id)
 
     @cached_property
     def bugs(self) -> list[Bug]:
@@ -221,6 +228,7 @@ class Grading:
     revivals: int = 0
     behaviour: dict = field(default_factory=dict)      # failing function -> its outputs vs the reference's
     kept: KeptCalls | None = None                      # the calls kept for diagnosis, within a budget
+    refused: Refusals = field(default_factory=Refusals)  # the student's cells outside the policy: not run
 
     def __post_init__(self):
         self.kept = KeptCalls(self.limits.max_kept_calls_bytes)
@@ -259,6 +267,15 @@ def scan(g: Grading) -> None:
     g.evidence += found.tampering
     g.notes.extend(f"looked outside its own folder (nothing of the grader's is in its reach; no marks taken): {p}"
                    for p in found.probes)
+
+
+def check_policy(g: Grading) -> None:
+    """The solution cells and the cells the student added, against the lab's policy for graded code: a cell
+    outside it is not run, and the tests of the names it defines are ``refused`` (:func:`run_one_test`)."""
+    if g.evidence or not g.lab.policy.enforce or g.student in g.limits.policy_exempt:
+        return
+    g.refused = refusals(student_cells(g.assembled.nb.cells), g.lab.policy, g.lab.source.setup_source)
+    g.notes.extend(g.refused.cells.values())
 
 
 def start_kernel(g: Grading) -> None:
@@ -322,6 +339,9 @@ def alive(g: Grading) -> bool:
 
 
 def run_student_cell(g: Grading, index: int, cell) -> None:
+    if index in g.refused.cells:
+        cell.outputs = [_grader_note(g.refused.cells[index])]
+        return
     if not alive(g):
         cell.outputs = [_grader_note(f"not run: {g.session.dead_reason}")]
         return
@@ -353,6 +373,10 @@ def run_student_cell(g: Grading, index: int, cell) -> None:
 
 def run_one_test(g: Grading, test: str, cell) -> None:
     g.test_cells[test] = cell
+    function = g.lab.tests[test]["function"]
+    if function in g.refused.names:
+        g.outcomes[test] = Outcome(test, Status.REFUSED, g.refused.names[function])
+        return
     if not alive(g):
         g.outcomes[test] = Outcome(test, _dead_status(g.session), f"not run: {g.session.dead_reason}")
         return
@@ -388,8 +412,12 @@ def run_one_test(g: Grading, test: str, cell) -> None:
     if outcome.status == Status.ERROR and SCRATCH_FULL in outcome.message:
         g.notes.append(_scratch_note(g, f"test {test}"))
     if outcome.status == Status.ERROR:
-        g.missing_names |= set(re.findall(r"NameError(?::|, saying:\n  \|) name '(\w+)' is not defined",
-                                          outcome.message))
+        missing = set(re.findall(r"NameError(?::|, saying:\n  \|) name '(\w+)' is not defined", outcome.message))
+        g.missing_names |= missing
+        refused = sorted(missing & set(g.refused.names))
+        if refused:   # it uses a name that a cell outside the policy would have defined
+            outcome = Outcome(test, Status.REFUSED, f"{test} uses {refused[0]}, which was not defined: "
+                              + g.refused.names[refused[0]], outcome.seconds)
     g.calls.extend(recorder.calls)
     _add_evidence(g, recorder.evidence)
     g.outcomes[test] = outcome
@@ -448,8 +476,8 @@ def verdict(g: Grading) -> None:
     g.result = Result(g.student, g.lab.id, final, points, g.notes, g.evidence, g.assembled.nb, behaviour=g.behaviour)
 
 
-STEPS: list[Callable[[Grading], None]] = [read, assemble_cells, scan, start_kernel, run_cells, integrity,
-                                           stop_kernel, diagnose_failures, verdict]
+STEPS: list[Callable[[Grading], None]] = [read, assemble_cells, scan, check_policy, start_kernel, run_cells,
+                                           integrity, stop_kernel, diagnose_failures, verdict]
 
 
 def run_steps(g: Grading) -> Result:

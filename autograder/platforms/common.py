@@ -53,7 +53,7 @@ from genlab.testing.notebook import grade_id
 
 COURSE = Path(__file__).resolve().parents[2]   # the course the grader runs from: autograder/ lies in it
 ROOT_ENV = "GENLAB_PLATFORM_ROOT"   # prefixes the platform's paths (/autograder, /grade); tests set it
-WALL_ENV = "GENLAB_WALL"            # "bubblewrap" or "container": force a wall (tests force container mode)
+WALL_ENV = container.WALL_ENV       # "bubblewrap" or "container": force a wall (tests force container mode)
 STUDENT = "student"                 # a platform grades one submission: its Result's student
 VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")   # Gradescope's, for hidden tests
 
@@ -188,7 +188,10 @@ def grade_submission(lab_id: str, submission: Path, results: Path, lock_also=(),
                                 max_file_bytes=limits.max_file_bytes, hide=[*locked, private], mode=wall.mode,
                                 uid=container.draw_uid() if in_container else None)
         if in_container:
-            graded.wall = wall = _hold(wall, sandbox, scratch, locked, private, course / "solutions" / lab_id)
+            folders = [p for p in locked if p.is_dir()] + [private]
+            solutions = (p for p in (course / "solutions" / lab_id).glob("*") if p.is_file())
+            graded.wall = wall = container.hold(wall, sandbox, scratch, [*locked, private, scratch, *solutions],
+                                                [*folders, scratch])
         print(f"genlab: {wall.describe()}", flush=True)
         if wall.refused:
             return graded
@@ -220,21 +223,6 @@ def grade_submission(lab_id: str, submission: Path, results: Path, lock_also=(),
             os.environ["TMPDIR"] = saved[0]
         graded.seconds = time.monotonic() - start
     return graded
-
-
-def _hold(wall: Wall, sandbox: SandboxConfig, scratch: Path, locked: list[Path], private: Path,
-          solutions: Path) -> Wall:
-    """Container mode, if its walls hold here: this process adopts the kernel's orphans, and as the kernels'
-    uid nothing of the grader's can be listed, read or written. Else the mode is refused, with why."""
-    if not container.become_subreaper():
-        return dataclasses.replace(wall, refused="container mode needs PR_SET_CHILD_SUBREAPER, to find what a "
-                                                 "kernel leaves running, and this system refused it")
-    folders = [p for p in locked if p.is_dir()] + [private]
-    unreadable = [*locked, private, scratch, *(p for p in solutions.glob("*") if p.is_file())]
-    why = container.check(sandbox, scratch, unreadable, [*folders, scratch])
-    if why:
-        return dataclasses.replace(wall, refused=f"container mode cannot hold here: {why}")
-    return wall
 
 
 def write_results(path: Path, data: dict) -> None:

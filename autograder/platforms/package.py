@@ -46,6 +46,13 @@ if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
 fi
 "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \\
   || {{ echo "genlab needs Python 3.11 or newer" >&2; exit 1; }}
+# A release, not a candidate: Ubuntu 22.04's python3.11 is 3.11.0rc1, which lacks sys.get_int_max_str_digits, and
+# torch's compiler then fails a correct Lab 1 notebook's beta_sweep_outcome (2 of 40 points lost; measured with
+# deploy/image/setup-check.sh on an Ubuntu 22.04 root file system, 2026-12-05).
+"$python" -c 'import sys; sys.exit(sys.version_info.releaselevel != "final")' \\
+  || {{ echo "genlab needs a released Python 3.11 or newer, not $("$python" -V 2>&1) (Ubuntu 22.04's python3.11 is a" \\
+       "release candidate, on which torch's compiler fails): choose a newer base image for the autograder, such" \\
+       "as Ubuntu 24.04 (its python3 is 3.12)" >&2; exit 1; }}
 # The unprivileged user student kernels run as in the bubblewrap sandbox: no home, no shell, no other group.
 # (Container mode runs them as a uid of their own: autograder/wall/container.py.)
 id -u genlab-kernel >/dev/null 2>&1 \\

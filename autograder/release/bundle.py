@@ -133,8 +133,11 @@ def build_wheel(root: Path, wheels: Path, labs: list[str] | None = None) -> Path
         for lab in discover(root):
             if labs is None or lab.id in labs:
                 torch.save(fingerprints(lab), prints / f"{lab.id}.pt")
+        # The course's policy for graded code, so that the student's `genlab check` refuses what the grader refuses.
+        course = tomllib.loads((root / "autograder" / "course.toml").read_text())
+        (stage / "genlab" / "assets" / "policy.toml").write_text(_policy_toml(course.get("policy", {})))
         (stage / "pyproject.toml").write_text(
-            _student_pyproject(project, package_data["genlab"] + ["assets/fingerprints/*.pt"]))
+            _student_pyproject(project, package_data["genlab"] + ["assets/fingerprints/*.pt", "assets/policy.toml"]))
         env = {**os.environ, "SOURCE_DATE_EPOCH": "315532800"}  # fixed timestamps: the same bytes every build
         subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
                         "--no-index", "--wheel-dir", str(wheels), str(stage)], check=True, env=env)
@@ -185,6 +188,18 @@ def fingerprints(lab: LabFolder) -> list[dict]:
                         continue
                     entries.append(entry)
     return entries
+
+
+def _policy_toml(table: dict) -> str:
+    """``[policy]`` (and its ``[policy.labs.<lab>]``) written back as TOML: lists of strings and booleans only."""
+    def pairs(d: dict) -> list[str]:
+        return [f"{k} = {json.dumps(v)}" for k, v in d.items() if not isinstance(v, dict)]
+
+    lines = ["# The course's policy for graded code (autograder/course.toml [policy]), as the grader applies it.",
+             "[policy]", *pairs(table)]
+    for lab, own in table.get("labs", {}).items():
+        lines += ["", f"[policy.labs.{lab}]", *pairs(own)]
+    return "\n".join(lines) + "\n"
 
 
 def _student_pyproject(project: dict, package_data: list[str]) -> str:

@@ -8,6 +8,8 @@ it replaces (by grade_id) and how else the handed-in file differs from a clean c
   ``add``: (source, nbgrader metadata) cells appended;
 - ``path`` (handed in under another name), ``link`` (a symlink), ``raw`` (bytes that are not a notebook),
   ``missing`` (an empty folder);
+- ``policy``: ``"off"`` for a sample that tests the walls behind the policy for graded code (its cells are
+  outside it): ``tests/test_grading.py`` grades it with ``--without-policy``;
 - ``expect``: what the grader must conclude (``tests/test_grading.py`` reads it): ``full``; ``bug`` and
   ``function``; ``tampered``; ``failed_tests``; ``status`` / ``message`` per test; ``status_all``; ``notes``;
   ``feedback_shows`` (text the feedback page must hold)...
@@ -30,7 +32,7 @@ from genlab.testing.notebook import LabNotebook, grade_id, is_solution
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parents[1] / "samples"
 BUILD_KEYS = {"cells", "after", "edit", "delete", "duplicate", "swap", "metadata", "add", "path", "link", "raw",
-              "missing", "expect"}
+              "missing", "expect", "policy"}
 
 
 def bug_cell(lab: str, bug_id: str) -> str:

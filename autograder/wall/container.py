@@ -43,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from autograder.wall import cgroups
@@ -51,6 +51,7 @@ from autograder.wall.sandbox import ADDRESS_HEADROOM, SandboxConfig, kernel_envi
 
 BUBBLEWRAP = "bubblewrap"
 CONTAINER = "container"
+WALL_ENV = "GENLAB_WALL"   # "bubblewrap" or "container": force a wall (the tests force container mode)
 PR_SET_CHILD_SUBREAPER = 36
 UIDS = range(20000, 60000)   # where a kernel's uid is drawn: inside the 65536 ids any user namespace maps
 
@@ -120,6 +121,23 @@ def draw_uid() -> int:
     return random.SystemRandom().choice([uid for uid in UIDS if uid not in taken])
 
 
+def claim_uid(folder: Path) -> int:
+    """:func:`draw_uid`, claimed among the processes of one grading run (``genlab grade --workers N``): a file
+    named after the uid, created exclusively in ``folder`` (the run's scratch folder, the grader's), so that no
+    two kernels of the run share a uid. :func:`release_uid` gives it back once its processes are gone."""
+    while True:
+        uid = draw_uid()
+        try:
+            os.close(os.open(Path(folder) / f".uid-{uid}", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            return uid
+        except FileExistsError:
+            continue
+
+
+def release_uid(folder: Path, uid: int) -> None:
+    Path(folder, f".uid-{uid}").unlink(missing_ok=True)
+
+
 def launcher(config: SandboxConfig, workdir: Path, as_grader: bool = False) -> list[str]:
     """The command prefix that starts a kernel in container mode, in ``workdir``.
 
@@ -161,6 +179,79 @@ def lock(paths) -> list[Path]:
         path.chmod(0o700 if path.is_dir() else 0o600)
         locked.append(path)
     return locked
+
+
+def closed_around(root: Path, keep) -> list[Path]:
+    """What to :func:`lock` of the folder ``root`` so that only ``keep`` (and the folders on the way to each)
+    stays open: every entry of ``root`` that neither is, nor holds, a path of ``keep``, and so on down the
+    folders that hold one. ``genlab grade`` in container mode closes the course checkout so, keeping the
+    Python environment and the student package that kernels import (:func:`autograder.wall.sandbox.visible_paths`),
+    since the kernel sees the filesystem as any user does."""
+    root = Path(root).resolve()
+    keep = [Path(k).resolve() for k in keep]
+    if any(root == k or root.is_relative_to(k) for k in keep):
+        return []
+    closed = []
+    for entry in sorted(root.iterdir()):
+        if entry.is_symlink():   # a link is as readable as its target: the target is closed, or kept, itself
+            continue
+        held = [k for k in keep if k == entry or k.is_relative_to(entry)]
+        if not held:
+            closed.append(entry)
+        elif entry.is_dir() and entry not in held:
+            closed += closed_around(entry, held)
+    return closed
+
+
+@dataclass(frozen=True)
+class Saved:
+    """A path's owner and mode before :func:`lock`, for :func:`restore`."""
+
+    path: Path
+    uid: int
+    gid: int
+    mode: int
+
+
+def lock_restorably(paths) -> tuple[list[Saved], list[str]]:
+    """:func:`lock` for folders the grader does not own for good (a course checkout, an instructor's mounted
+    submissions): each path's owner and mode saved first, for :func:`restore`. A path that cannot be changed (a
+    read-only mount) is left as it is, and said: :func:`check` then says whether the kernel's uid reaches it."""
+    saved, unchanged = [], []
+    for path in map(Path, paths):
+        if path.is_symlink() or not path.exists():
+            continue
+        st = path.stat()
+        try:
+            lock([path])
+        except OSError as exc:
+            unchanged.append(f"{path} ({exc.strerror})")
+            continue
+        saved.append(Saved(path, st.st_uid, st.st_gid, st.st_mode & 0o7777))
+    return saved, unchanged
+
+
+def restore(saved: list[Saved]) -> None:
+    """Owners and modes back as :func:`lock_restorably` found them."""
+    for item in saved:
+        try:
+            os.chown(item.path, item.uid, item.gid)
+            item.path.chmod(item.mode)
+        except OSError:
+            pass
+
+
+def hold(wall: Wall, config: SandboxConfig, scratch: Path, unreadable, unwritable) -> Wall:
+    """Container mode, if its walls hold here: this process adopts the kernels' orphans (:func:`become_subreaper`),
+    and as the kernels' uid (``config.uid``) nothing of ``unreadable`` can be listed or read, nothing written
+    into ``unwritable`` (:func:`check`). Else the mode is refused, with why. Call after :func:`lock`."""
+    if not become_subreaper():
+        return replace(wall, refused="container mode needs PR_SET_CHILD_SUBREAPER, to find what a kernel leaves "
+                                     "running, and this system refused it")
+    why = check(config, scratch, unreadable, unwritable)
+    if why:
+        return replace(wall, refused=f"container mode cannot hold here: {why}")
+    return wall
 
 
 # What check() runs as the kernel's uid: the packages a kernel needs are found and readable, and none of the

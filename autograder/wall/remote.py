@@ -349,9 +349,9 @@ class Lap:
 
 
 def lap_columns(student: list[Lap], reference: list[Lap]) -> list[tuple[list[float], list[float]]]:
-    """(student, reference) times per clock: the wall clock, and CPU time where both kernels have it."""
+    """(student, reference) times per clock: the wall clock, and CPU time where it counts (:func:`cpu_counts`)."""
     columns = [([lap.wall_s for lap in student], [lap.wall_s for lap in reference])]
-    if all(lap.cpu_s is not None for lap in student + reference):
+    if cpu_counts(student, reference):
         columns.append(([lap.cpu_s for lap in student], [lap.cpu_s for lap in reference]))
     return columns
 
@@ -361,13 +361,21 @@ def lap_columns(student: list[Lap], reference: list[Lap]) -> list[tuple[list[flo
 MIN_CPU_STEPS = 100
 
 
+def cpu_counts(student: list[Lap], reference: list[Lap]) -> bool:
+    """Both kernels' CPU time was read for every loop, and the reference's least lasts :data:`MIN_CPU_STEPS`
+    steps of the counter. Where kernels have no cgroup (a container that gives none: container mode in the
+    grading image) the counter is /proc's 10 ms tick, and a short loop reads 0 s: never divided by."""
+    laps = student + reference
+    if not reference or not all(lap.cpu_s is not None for lap in laps):
+        return False
+    return min(lap.cpu_s for lap in reference) >= MIN_CPU_STEPS * max(lap.cpu_resolution_s for lap in laps)
+
+
 def cpu_ratio(student: list[Lap], reference: list[Lap]) -> float | None:
     """The ratio of each side's least CPU time over its loops, or None where it cannot be read finely enough."""
-    columns = lap_columns(student, reference)
-    resolution = max(lap.cpu_resolution_s for lap in student + reference)
-    if len(columns) < 2 or min(columns[1][1]) < MIN_CPU_STEPS * resolution:
+    if not cpu_counts(student, reference):
         return None
-    return min(columns[1][0]) / min(columns[1][1])
+    return min(lap.cpu_s for lap in student) / min(lap.cpu_s for lap in reference)
 
 def _check_measured(session, reply: dict) -> None:
     check = getattr(session, "check_measured", None)   # a kernel with a baseline (KernelSession)

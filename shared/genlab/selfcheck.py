@@ -46,6 +46,9 @@ def self_check(function: str, lab: str | None, namespace: dict | None = None, no
     nb = LabNotebook.read(notebook or _lab_notebook(lab))
     if function not in namespace:
         raise NameError(f"`{function}` is not defined yet: run its cell first")
+    for line in cell_policy_report(function, lab, namespace, nb.setup_source,
+                                   Path(notebook).parent if notebook else Path.cwd()):
+        print(f"POLICY   {line}")
     outcomes = []
     for test_id, outcome, recorder in visible_runs(nb, namespace, function):
         if not outcome.passed:
@@ -64,6 +67,39 @@ def self_check(function: str, lab: str | None, namespace: dict | None = None, no
     if not outcomes:
         print(f"no visible tests for `{function}` in {lab}")
     return outcomes
+
+
+def _defining_cell(function: str, namespace: dict) -> str | None:
+    """The last cell this kernel ran that defines ``function`` at its top level (IPython's ``In``), else the
+    function's own source."""
+    import ast
+    import inspect
+
+    for source in reversed(namespace.get("In", []) or []):
+        try:
+            tree = ast.parse("\n".join(l for l in source.splitlines() if not l.lstrip().startswith(("%", "!"))))
+        except SyntaxError:
+            continue
+        if any(isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == function for n in tree.body):
+            return source
+    try:
+        return inspect.getsource(namespace[function])
+    except (OSError, TypeError):
+        return None
+
+
+def cell_policy_report(function: str, lab: str, namespace: dict, setup_source: str = "",
+                       start: Path | None = None) -> list[str]:
+    """The policy for graded code (:mod:`genlab.policy`) on the cell that defined ``function`` in this kernel:
+    what the grader would refuse in it, a line per construct, empty when it is inside the policy."""
+    from genlab.policy import check_cells, describe, student_policy
+
+    source = _defining_cell(function, namespace)
+    if source is None:
+        return []
+    where = f"the cell that defines `{function}`"
+    found = check_cells([(where, source)], student_policy(lab, start), setup_source)
+    return [describe(where, found[where], graded=False)] if where in found else []
 
 
 def visible_runs(nb: LabNotebook, namespace: dict, function: str):
@@ -166,8 +202,26 @@ def _diagnose_alone(lab: str, recorder: Recorder, test_id: str | None = None):
     return found
 
 
+def policy_report(path: Path) -> list[str]:
+    """The notebook's cells that the grader would not run, each with its violations (line, construct, why): its
+    solution cells and the cells the student added, against the policy for graded code
+    (:mod:`genlab.policy`, the course's allowlist for this lab). Empty: every cell is inside the policy."""
+    import nbformat
+
+    from genlab.policy import check_cells, describe, student_cells, student_policy
+    from genlab.testing.notebook import is_setup
+
+    path = Path(path).resolve()
+    nb = nbformat.read(str(path), as_version=4)
+    cells = [(where, source) for _index, where, source in student_cells(nb.cells)]
+    setup = "\n".join(c.source for c in nb.cells if is_setup(c))
+    found = check_cells(cells, student_policy(path.stem, path.parent), setup)
+    return [describe(where, violations, graded=False) for where, violations in found.items()]
+
+
 def check_notebook(path: Path) -> int:
-    """``genlab check NOTEBOOK``: runs the notebook, then the visible tests of each of its functions."""
+    """``genlab check NOTEBOOK``: the policy for graded code on the student's cells, then the notebook run, then
+    the visible tests of each of its functions. Returns 1 when a cell is outside the policy."""
     import tempfile
 
     import nbformat
@@ -175,6 +229,16 @@ def check_notebook(path: Path) -> int:
     from nbclient import NotebookClient
 
     path = Path(path).resolve()
+    refused = policy_report(path)
+    if refused:
+        print("POLICY   these cells would not run when graded, and the tests of what they define would be refused:")
+        for line in refused:
+            print(f"         {line}")
+        print("         Graded cells may import only the packages the lab needs, and may not reach private (_name) "
+              "attributes, patch a library, or build names at run time: see the student guide, \"What graded "
+              "cells may do\".")
+    else:
+        print("POLICY   every cell you wrote is inside the policy for graded code")
     nb = nbformat.read(str(path), as_version=4)
     functions = list(LabNotebook(path, nb).solutions)
     nb.cells.append(nbformat.v4.new_code_cell(
@@ -186,4 +250,4 @@ def check_notebook(path: Path) -> int:
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     for output in nb.cells[-1].outputs:
         print(output.get("text", ""), end="")
-    return 0
+    return 1 if refused else 0

@@ -108,7 +108,7 @@ def iwae_missing_log_k(x, x_logits, z, mu, logvar):
 
 # --- continuous_bernoulli_log_norm, continuous_bernoulli_mean, continuous_bernoulli_negative_elbo ------
 def log_norm_from_probs(logits):
-    lam = torch.sigmoid(logits)  # exactly 1/2 near logit 0; 1 - 2 lam exactly -1 from logit ~17, +1 from ~-18
+    lam = torch.sigmoid(logits)  # exactly 1/2 near logit 0; 1 - 2 lam exactly -1 from logit ~17, +1 below ~-18
     return torch.log(2 * torch.atanh(1 - 2 * lam) / (1 - 2 * lam))  # the log of C: 0/0 at 1/2, log(inf) at 0 and 1
 
 

@@ -716,3 +716,78 @@ _rows = [f'| {i} | $\\text{{honest}}_{{{i}}} = \\mu_{{{i}}} + \\sigma_{{{i}}} \\
 display(Markdown('| step | formula |\n|---|---|\n' + '\n'.join(_rows)))
 """},
     "expect": {"full": True, "feedback_shows": ["<mtext>honest</mtext>"]}}
+
+# -- the policy for graded code (issue 39): an allowlist checked on the syntax tree of every cell that runs --------
+# A student who read the grader froze the kernel's list of watched objects (the function that builds it is not
+# itself watched), then replaced torch.allclose: the kernel's comparison and the grader's both saw no change. The
+# names are built at run time and the server is reached through importlib, so the scan reads nothing. The policy
+# refuses the cell (importlib is not an allowed module; _watched is an underscore attribute; setattr): it is not
+# run, and the tests of reparameterize, and of beta_sweep that trains with it, are `refused`, naming the line.
+SAMPLES["lab1_attack_watch_list_frozen"] = {
+    "cells": {"reparameterize": "import importlib\n"
+              "_server = importlib.import_module('genlab.' + 'testing.server')\n"
+              "_torch = importlib.import_module('to' + 'rch')\n"
+              "_frozen = _server._watched()   # the watched objects as they are now, kept\n"
+              "setattr(_server, '_wat' + 'ched', lambda: dict(_frozen))   # the list never changes again\n"
+              "setattr(_torch, 'all' + 'close', lambda *a, **k: True)\n\n"
+              + REPARAM_HEAD + "    return mu\n"},
+    "expect": {"full": False, "failed_tests": ["reparameterize_value", "reparameterize_gradient"],
+               "status": {"reparameterize_value": "refused", "reparameterize_shape": "refused",
+                          "beta_sweep_outcome": "refused", "gaussian_kl_value": "passed",
+                          "negative_elbo_value": "passed"},
+               "message": {"reparameterize_value": "line 1: `import importlib`",
+                           "beta_sweep_outcome": "uses reparameterize"}}}
+# The grader's modules reached through importlib.import_module with a name built at run time: a plain local name
+# comes back, which the scan does not follow. The policy refuses the import itself.
+SAMPLES["lab1_attack_import_module_built_name"] = {
+    "cells": {"gaussian_kl": "import importlib\n"
+              "_checks = importlib.import_module('gen' + 'lab.checks')\n"
+              "_values = importlib.import_module('gen' + 'lab.checks.values')\n"
+              "_checks.check_close = _values.check_close = lambda *a, **k: None\n\n"
+              + KL_HEAD + "    return torch.zeros(mu.shape[0])\n"},
+    "expect": {"full": False, "failed_tests": ["gaussian_kl_value", "gaussian_kl_gradient"],
+               "status": {"gaussian_kl_value": "refused", "negative_elbo_value": "refused",
+                          "reparameterize_value": "passed", "iwae_bound_value": "passed"},
+               "message": {"gaussian_kl_value": "line 1: `import importlib`: graded code may import only"}}}
+# Their controls: correct code that keeps a frozen table of its own (functools.lru_cache), imports torch's
+# submodules under a name of its own, and defines a module class (super().__init__(), type(self).__name__,
+# __hash__ = None in a class body, _ as a throwaway name): everything inside the policy, full marks.
+SAMPLES["lab1_control_policy_frozen_table"] = {
+    "cells": {"reparameterize": "import functools\n\n"
+              "@functools.lru_cache(maxsize=None)\n"
+              "def half():   # a table of its own, frozen once\n"
+              "    return 0.5\n\n"
+              + REPARAM_HEAD + "    if eps is None:\n        eps = torch.randn_like(mu)\n"
+              "    return mu + torch.exp(half() * logvar) * eps\n"},
+    "expect": {"full": True}}
+SAMPLES["lab1_control_policy_static_imports"] = {
+    "cells": {"gaussian_kl": "import torch.distributions as dist\n\n" + KL_HEAD +
+              "    prior = dist.Normal(torch.zeros_like(mu), torch.ones_like(mu))\n"
+              "    return dist.kl_divergence(dist.Normal(mu, torch.exp(0.5 * logvar)), prior).sum(-1)\n"},
+    "after": {"gaussian_kl": "class Prior(nn.Module):\n"
+              "    __hash__ = None\n\n"
+              "    def __init__(self, dim):\n"
+              "        super().__init__()\n"
+              "        self.dim, self.name = dim, type(self).__name__\n\n"
+              "    def forward(self, mu):\n"
+              "        return gaussian_kl(mu, torch.zeros_like(mu))\n\n"
+              "for _ in range(2):\n"
+              "    print(Prior(16).name, Prior(16)(torch.zeros(4, 16)).sum().item())\n"},
+    "expect": {"full": True}}
+
+# -- the walls behind the policy ------------------------------------------------------------------------------
+# Each of these runs code outside the policy (os, ctypes, signal, inspect, threads, names built at run time) to
+# test a wall the policy now stands in front of: the sandbox, the kernel's limits, the channel, the quotas.
+# Graded with the policy, their cells would not run; tests/test_grading.py grades them without it
+# (`genlab grade --without-policy`), so that each wall is still shown to hold on its own. tests/test_policy.py
+# checks that the policy does refuse each of them.
+POLICY_OFF = ("fault_exit", "fault_crash_in_call", "fault_sys_exit", "fault_segfault", "fault_sigint_ignored",
+              "fault_background_process", "attack_read_solutions", "attack_write_others", "lab1_attack_canaries",
+              "lab1_attack_active_outputs", "lab1_attack_channel_cut", "lab1_attack_request_hooks",
+              "lab1_attack_grad_frame", "lab1_attack_cpu_burner", "lab1_attack_huge_answers",
+              "lab1_attack_stop_reading", "lab1_control_slow_reader", "lab1_attack_fill_scratch",
+              "lab1_control_scratch_files", "attack_tensor_subclass", "lab1_attack_answer_other_request",
+              "lab1_attack_answer_stall", "lab1_attack_integrity_shape", "lab1_attack_huge_error",
+              "lab1_attack_snapshot_again", "lab1_attack_racing_patch", "lab1_attack_code_swap")
+for _name in POLICY_OFF:
+    SAMPLES[_name]["policy"] = "off"

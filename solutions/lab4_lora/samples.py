@@ -14,6 +14,11 @@ UNMERGE_HEAD = "def unmerge_lora(weight, A, B, scaling):\n"
 ADD_HEAD = "def add_lora(model, target_modules, r, alpha, dropout=0.0):\n"
 COUNT_HEAD = "def count_parameters(model):\n"
 
+def _student_form(cell: str) -> str:
+    cell = cell[cell.index("def add_lora"):]
+    return cell.replace("    LoRALinear = _notebook_lora_linear()\n", "")
+
+
 SAMPLES: dict[str, dict] = {
     # -- correct alternatives: full marks ---------------------------------------------------------------
     # nn.init.kaiming_uniform_(a=sqrt(5)) on an empty tensor (peft's own call), addmm chains, float64 merges
@@ -276,7 +281,9 @@ SAMPLES: dict[str, dict] = {
                                           "expect": {"bug": "dropout_ignores_training", "function": "lora_forward"}},
     "lab4_bug_merge_in_low_precision": {"cells": {"merge_lora": bug_cell(LAB, "merge_in_low_precision")},
                                         "expect": {"bug": "merge_in_low_precision", "function": "merge_lora"}},
-    "lab4_bug_substring_match": {"cells": {"add_lora": bug_cell(LAB, "substring_match")},
+    # As a student writes it: the catalogue's body finds the notebook's LoRALinear through sys.modules (outside the
+    # policy for graded code); in the notebook it is a global of the student's own.
+    "lab4_bug_substring_match": {"cells": {"add_lora": _student_form(bug_cell(LAB, "substring_match"))},
                                  "expect": {"bug": "substring_match", "function": "add_lora"}},
 }
 
@@ -554,3 +561,10 @@ SAMPLES["lab4_bug_dora_lora_a_zero"] = {"expect": {"failed_tests": ["DoRALinear_
 # filling them, so only the test of the law (Kolmogorov-Smirnov) sees that no entry is negative
 SAMPLES["lab4_bug_dora_lora_a_rand_not_centred"] = {"expect": {"failed_tests": ["DoRALinear_parameters"]}, "cells": {
     "DoRALinear": _DORA_OWN_A.replace("LORA_A", "torch.rand(r, base.in_features, **kw) / math.sqrt(base.in_features)")}}
+
+# -- the walls behind the policy for graded code (issue 39) ---------------------------------------------------
+# These use torch's private dispatch machinery, outside the policy (course.toml [policy]: no underscore attribute):
+# graded with the policy, their lora_forward is not run and its tests are `refused`. tests/test_grading.py grades
+# them without it (`--without-policy`), to show that the memory the OS counts still catches them.
+for _name in ("lab4_attack_memory_blind", "lab4_attack_memory_mode_aware"):
+    SAMPLES[_name]["policy"] = "off"

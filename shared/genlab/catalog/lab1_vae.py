@@ -134,7 +134,7 @@ def iwae_missing_log_k(iwae_bound, x, x_logits, z, mu, logvar):
 # --- continuous_bernoulli_log_norm, continuous_bernoulli_mean, continuous_bernoulli_negative_elbo ------
 @edit("continuous_bernoulli_log_norm")
 def log_norm_from_probs(continuous_bernoulli_log_norm, logits):
-    lam = torch.sigmoid(logits)  # exactly 1/2 near logit 0; 1 - 2 lam exactly -1 from logit ~17, +1 from ~-18
+    lam = torch.sigmoid(logits)  # exactly 1/2 near logit 0; 1 - 2 lam exactly -1 from logit ~17, +1 below ~-18
     return torch.log(2 * torch.atanh(1 - 2 * lam) / (1 - 2 * lam))  # the log of C(lambda), as the paper writes C
 
 
@@ -268,7 +268,7 @@ BUGS = [
         "gradient by 0, and at logit 0 that gradient is NaN: 0 * NaN = NaN, so one logit of exactly 0 gives NaN gradients.",
         "give the closed form a harmless input inside the window (torch.where on the input too), so no branch sees 0.",
         "torch/distributions/continuous_bernoulli.py: _cut_probs (lambda replaced by lims[0] inside the window before "
-        "the closed form); pytorch/pytorch #10729 (torch.where's gradient is NaN where the branch it did not pick is); "
+        "the closed form); pytorch/pytorch #52248 (torch.where's gradient is NaN where the branch it did not pick is); "
         "JAX FAQ, 'Gradients contain NaN where using where'",
         taylor_where_unguarded),
     Bug("mean_is_sigmoid", "continuous_bernoulli_mean", "sigmoid(logits) taken as the mean",

@@ -215,7 +215,7 @@ BUGS = [
         "look at how a key is compared with a layer's qualified name: section 5 gives peft's rule for a list, and "
         "says what add_lora must do when no nn.Linear matches.",
         "peft tuners/tuners_utils.py check_target_module_exists (exact or '.' + key suffix); peft issue "
-        "#1959 (target_modules silently matching unintended layers)",
+        "#1959 (a target_modules key that matches nothing raises no error when another key matches: a typo passes silently)",
         substring_match, detect=_adapts_substring_matches),
     Bug("norm_over_inputs", "dora_weight_norm", "DoRA's norm taken per input column instead of per output row",
         "the magnitude and the norm get one entry per input feature: on a layer whose in and out differ the "
