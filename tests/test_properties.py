@@ -83,3 +83,24 @@ def test_a_domain_wider_than_the_reference_is_the_labs_mistake():
 
     with pytest.raises(DomainError, match="wider than the reference accepts"):
         check_generated(kl, strict, "gaussian_kl", domain=KL)
+
+
+def test_the_grader_hands_over_the_table_it_loaded_wherever_it_runs(tmp_path, monkeypatch):
+    """A platform's grader runs in /autograder with the course in /autograder/source: the hidden tests' domains
+    come from the notebook the grader loaded, not from a course found from the working directory."""
+    from pathlib import Path
+
+    from autograder.grading.pipeline import Lab
+    from genlab.testing import properties
+
+    root = Path(__file__).resolve().parents[1]
+    lab = Lab.load(root, "lab1_vae")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GENLAB_ROOT", raising=False)
+    monkeypatch.setattr(properties, "_TABLES", {})
+    with pytest.raises(FileNotFoundError, match="no course folder"):
+        properties.lab_domain("gaussian_kl", "lab1_vae")
+    lab.test_globals()
+    assert [a.name for a in properties.lab_domain("gaussian_kl", "lab1_vae").args] == ["mu", "logvar"]
+    with pytest.raises(DomainError, match="declares no 'Generated inputs:' domain for beta_sweep"):
+        properties.lab_domain("beta_sweep", "lab1_vae")
