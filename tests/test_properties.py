@@ -104,3 +104,17 @@ def test_the_grader_hands_over_the_table_it_loaded_wherever_it_runs(tmp_path, mo
     assert [a.name for a in properties.lab_domain("gaussian_kl", "lab1_vae").args] == ["mu", "logvar"]
     with pytest.raises(DomainError, match="declares no 'Generated inputs:' domain for beta_sweep"):
         properties.lab_domain("beta_sweep", "lab1_vae")
+
+
+def test_an_error_relayed_from_the_kernel_is_a_verdict_and_shrunk():
+    """The grader's kernel relays a student's IndexError as a StudentError subclass named IndexError (defined in
+    genlab.testing.wire): a verdict on the code, shrunk and shown with its input, not a grader failure."""
+    from genlab.testing.wire import student_error
+
+    def single_value_fails(mu, logvar):
+        if mu.shape[0] == 1:
+            raise student_error("IndexError", "index 1 is out of bounds for dimension 0 with size 1")
+        return kl(mu, logvar)
+
+    with pytest.raises(CheckFailed, match=r"(?s)raised IndexError: index 1 is out of bounds.*the input: gaussian_kl"):
+        check_generated(single_value_fails, kl, "gaussian_kl", domain=KL)

@@ -450,12 +450,12 @@ class _Abort(BaseException):
 def _is_verdict(exc: BaseException) -> bool:
     """An exception that says something about the function under test (it raised, or its result was wrong)."""
     from genlab.checks import CheckFailed
+    from genlab.testing.wire import StudentError
 
-    if isinstance(exc, (CheckFailed, AssertionError)):
-        return True
-    module = type(exc).__module__
-    # the student's own exception, raised in this process (self-check) or relayed from the grader's kernel
-    return type(exc).__name__ == "StudentError" or not module.startswith(("autograder", "genlab"))
+    if isinstance(exc, (CheckFailed, AssertionError, StudentError)):
+        return True     # StudentError: relayed from the grader's kernel, named after the student's (IndexError)
+    # the student's own exception, raised in this process (self-check)
+    return not type(exc).__module__.startswith(("autograder", "genlab"))
 
 
 def check_generated(fn: Callable, expected: Callable, function: str, *, name: str | None = None,
