@@ -112,9 +112,12 @@ SCALE_TEST = "check_close(scale(torch.ones(3), 0.25), torch.full((3,), 0.75))\n"
 def test_tiny_lab_kills_mutants_and_a_trivial_test_lets_them_survive(tmp_path):
     lab = tiny_lab(tmp_path, SCALE, {"scale_value": SCALE_TEST, "scale_runs": "scale(torch.ones(3), 0.25)"})
     strong = audit_function(Auditor(lab, tests={"scale_value": lab.tests["scale_value"]}), "scale")
-    # check_close compares values only: `.detach()`/`.double()` added are the casts it lets through
-    assert all(m.status == KILLED for m in strong.mutants if m.operator != "cast") and strong.count(KILLED) >= 5
-    assert {m.description for m in strong.mutants if m.status == SURVIVED} <= {"`.detach()` added", "`.double()` added"}
+    # check_close compares values only: `.detach()`/`.double()` added are the casts it lets through; and the test
+    # never reads its fresh input again, so the argument written in place (x.mul_) goes unseen too
+    assert all(m.status == KILLED for m in strong.mutants if m.operator not in ("cast", "write_arg")) and \
+        strong.count(KILLED) >= 5
+    assert {m.description for m in strong.mutants if m.status == SURVIVED} <= {
+        "`.detach()` added", "`.double()` added", "`x * (1 - p)` -> `x.mul_(1 - p)` (the argument `x` written in place)"}
     weak = audit_function(Auditor(lab, tests={"scale_runs": lab.tests["scale_runs"]}), "scale")
     assert weak.count(KILLED) == 0 and weak.count(SURVIVED) >= 6 and weak.score == 0.0 < strong.score
     assert all(m.diff for m in weak.mutants if m.status == SURVIVED)
@@ -160,14 +163,16 @@ def vae_lab():
 
 
 def _without_checks(source: str) -> str:
-    """The test with its assertions deleted: `assert ...` gone, `check_*(a, b, ...)` reduced to `a`."""
+    """The test with its assertions deleted: `assert ...` gone, `check_*(a, b, ...)` (and `genlab.check_*`, the
+    generated inputs' `genlab.check_generated`) reduced to `a`."""
     class Strip(ast.NodeTransformer):
         def visit_Assert(self, node):
             return None
 
         def visit_Expr(self, node):
             call = node.value
-            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id.startswith("check_"):
+            name = getattr(getattr(call, "func", None), "id", None) or getattr(getattr(call, "func", None), "attr", "")
+            if isinstance(call, ast.Call) and name.startswith("check_"):
                 return ast.Expr(call.args[0]) if call.args else None
             return node
     tree = ast.fix_missing_locations(Strip().visit(ast.parse(source)))
@@ -407,3 +412,79 @@ def test_the_in_process_audit_gives_the_verdicts_of_the_grader(tmp_path):
         for test, passed in verdict.items():
             assert graded[name, lab_id, test] == passed, (
                 f"{name}/{test}: {'passed' if passed else 'failed'} in process, the opposite in the grader")
+
+
+# -- generated inputs (issue 41): the domain each row declares is the one its tests draw from ---------------------
+def _generated_checks(source: str) -> list[tuple[str, str, str]]:
+    """(function passed, expected passed, function named) of each ``genlab.check_generated(...)`` in a test cell."""
+    code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+    found = []
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in ("genlab.check_generated", "check_generated"):
+            args = [ast.unparse(a) for a in node.args[:2]]
+            named = node.args[2].value if len(node.args) > 2 and isinstance(node.args[2], ast.Constant) else None
+            found.append((*args, named))
+    return found
+
+
+@pytest.mark.parametrize("lab_id", lab_ids(ROOT))
+def test_each_row_declares_its_generated_inputs_and_the_tests_draw_from_it(lab_id):
+    """Every graded function's row says which inputs are generated for it (a domain, or none and why); a row
+    with a domain has a hidden `genlab.check_generated(f, reference.f, "f")` in a test of f, and no test draws
+    for a row without one; the domain parses and names parameters of f, in the signature's order."""
+    from autograder.core.labs import LabFolder
+    from genlab.testing.notebook import LabNotebook
+    from genlab.testing.properties import declares_domain, domain_of
+
+    source = LabNotebook.read(LabFolder(ROOT, lab_id).source)
+    table = source.spec_table
+    undeclared = sorted(f for f, row in table.items() if not declares_domain(row.free))
+    assert not undeclared, (f"{lab_id}: the rows of {undeclared} do not say which inputs are generated: end the "
+                            "'left free' column with Generated inputs: `the domain`. or Generated inputs: none (why).")
+    drawn: dict[str, list] = {}
+    for test_id, spec in source.tests.items():
+        for fn, expected, named in _generated_checks(spec["source"]):
+            assert named == spec["function"] == fn and expected == f"reference.{fn}", (
+                f"{lab_id}/{test_id}: check_generated({fn}, {expected}, {named!r}) must draw for the function the "
+                f"test belongs to ({spec['function']}), against its reference")
+            assert "### BEGIN HIDDEN TESTS" in spec["source"].split("check_generated")[0], \
+                f"{lab_id}/{test_id}: the generated check compares with the reference, so it is hidden"
+            drawn.setdefault(named, []).append(test_id)
+    for function, row in table.items():
+        domain = domain_of(row.free)
+        if domain is None:
+            assert function not in drawn, f"{lab_id}: {drawn.get(function)} draw inputs for {function}, whose row " \
+                                          "declares none"
+            continue
+        assert len(drawn.get(function, [])) == 1, f"{lab_id}: {function} declares a domain; its tests draw from it " \
+                                                  f"in {drawn.get(function, [])} (exactly one test should)"
+        tree = ast.parse(source.solutions[function])
+        node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
+        params = [a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)]
+        passed = [a.name for a in domain.args if not a.name.startswith("_")]
+        assert set(passed) <= set(params), f"{lab_id}: the domain of {function} names {sorted(set(passed) - set(params))}" \
+                                           f", which are not parameters of {function}{tuple(params)}"
+        required = [a.name for a in domain.args if not a.optional and not a.name.startswith("_")]
+        assert required == params[:len(required)], (
+            f"{lab_id}: the domain of {function} passes {required} positionally, the signature starts {params}")
+
+
+def test_the_new_operators_reach_the_misses_of_issue_41():
+    assert ("write_arg", "`x + y` -> `x.add_(y)` (the argument `x` written in place)") in descriptions(
+        "def f(x, y):\n    return x + y")
+    assert ("write_arg", "`torch.exp(x)` -> `x.exp_(...)` (the argument `x` written in place)") in descriptions(
+        "def f(x):\n    return torch.exp(x)")
+    # a local is not an argument: nothing the caller holds is written
+    assert not [d for op, d in descriptions("def f(x):\n    z = x * 2\n    return z + 1") if op == "write_arg"
+                and "`z`" in d]
+    assert ("reduction", "`sum` -> `mean`") in descriptions("def f(x):\n    return x.sum(-1)")
+    assert ("reduction", "`.amax()` -> `.amax(0)`") in descriptions("def f(x):\n    return x.amax()")
+    assert ("reduction", "`logsumexp` -> `amax`") in descriptions("def f(x):\n    return torch.logsumexp(x, 0)")
+    assert not [d for op, d in descriptions("def f(a, b):\n    return max(a, b)") if op == "reduction"]  # builtins
+    assert ("narrow", "`torch.float64` -> `torch.float32`") in descriptions(
+        "def f(x):\n    return x.to(torch.float64)")
+    assert ("narrow", "`.long()` -> `.int()`") in descriptions("def f(x):\n    return x.long()")
+    # appended after the one-token operators: the mutants (and sentinels) written before keep their order
+    from autograder.quality.mutants import OPERATORS
+
+    assert [o.name for o in OPERATORS][-3:] == ["write_arg", "reduction", "narrow"]

@@ -46,6 +46,7 @@ from genlab.catalog import Bug, bugs_for
 from genlab.policy import student_cells
 from genlab.testing.diagnosis import diagnose
 from genlab.testing.notebook import LabNotebook, grade_id, is_setup, is_solution, is_test
+from genlab.testing.properties import use_table
 from genlab.testing.reference import Reference
 from genlab.testing.runner import Outcome, run_test
 from genlab.testing.wire import Encoder
@@ -133,7 +134,15 @@ class Lab:
         with contextlib.redirect_stdout(io.StringIO()):  # the setup cell's banner is for students
             exec(compile(self.source.setup_source, "<setup>", "exec"), names)
         names["reference"] = self.reference
+        # the domains of the generated inputs, from the table of the notebook loaded here (not from the working
+        # directory, which a platform's grader runs outside the course)
+        use_table(self.id, self.generated_domains)
         return names
+
+    @cached_property
+    def generated_domains(self) -> dict[str, str]:
+        """The "left free" cell of each row of the table, where the generated inputs' domains are declared."""
+        return {f: row.free for f, row in self.source.spec_table.items()}
 
 
 def imported_modules(source: str, optional: bool = True) -> tuple[str, ...]:

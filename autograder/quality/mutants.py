@@ -10,7 +10,11 @@ The operators are the mistakes students make in these labs: ``+``/``-`` and ``*`
 comparisons swapped, constants off by one (``0``/``1``, ``n`` -> ``n + 1``, ``c`` -> ``2c``), the wrong
 ``dim`` or ``keepdim``, a transpose dropped or added, ``dtype=``/``device=``/``generator=`` dropped,
 ``.detach()``/``.float()``/``.double()`` added or removed, ``torch.no_grad()`` removed, in-place and
-out-of-place forms swapped, a statement deleted, two arguments swapped, and ``p`` for ``1 - p``.
+out-of-place forms swapped, a statement deleted, two arguments swapped, and ``p`` for ``1 - p``. Then three
+at the level of the misses issue 41 found: a functional op on an argument made in place on it (``x + y`` ->
+``x.add_(y)``, ``torch.exp(x)`` -> ``x.exp_()``), a reduction replaced (``sum`` <-> ``mean``, ``amax`` <->
+``amin``, a full reduction made one over dimension 0), and a cast to a narrower dtype (``torch.float64`` ->
+``torch.float32``, ``.long()`` -> ``.int()``).
 """
 from __future__ import annotations
 
@@ -454,8 +458,116 @@ class Probability(Operator):
         return self.generic_visit(node)
 
 
+# The level of the misses issue 41 found, which one-token edits do not reach: an argument written in place by
+# what reads as a functional op, a reduction replaced by another, a cast to a narrower dtype.
+ARG_INPLACE_OPS = {ast.Add: "add_", ast.Sub: "sub_", ast.Mult: "mul_", ast.Div: "div_"}
+REDUCTION_SWAPS = {"sum": "mean", "mean": "sum", "amax": "amin", "amin": "amax", "max": "min", "min": "max",
+                   "nansum": "nanmean", "nanmean": "nansum", "logsumexp": "amax"}
+NARROWER_DTYPES = {"float64": "float32", "double": "float32", "float32": "float16", "float": "float16",
+                   "int64": "int32", "long": "int32", "int32": "int16", "int": "int16"}
+NARROWER_CASTS = {"double": "float", "float": "half", "long": "int", "int": "short"}
+
+
+class WriteArgument(Operator):
+    """A functional op on an argument of the function made in place on it: ``x + y`` -> ``x.add_(y)``,
+    ``torch.exp(x)`` -> ``x.exp_()``. The result is the same; the caller's tensor is changed."""
+
+    name = "write_arg"
+
+    def __init__(self, target: int | None = None):
+        super().__init__(target)
+        self._params: list[set[str]] = []
+
+    def mutate_function(self, node):
+        a = node.args
+        self._params.append({p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)} - {"self"})
+        return node
+
+    def visit_FunctionDef(self, node):
+        node = super().visit_FunctionDef(node)
+        self._params.pop()
+        return node
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def _param(self, node) -> bool:
+        return bool(self._params) and isinstance(node, ast.Name) and node.id in self._params[-1]
+
+    def visit_BinOp(self, node):
+        self.generic_visit(node)
+        method = ARG_INPLACE_OPS.get(type(node.op))
+        if method and self._param(node.left):
+            return self.offer(node, [(f"`{_src(node)}` -> `{node.left.id}.{method}({_src(node.right)})` (the "
+                                      f"argument `{node.left.id}` written in place)",
+                                      lambda: ast.Call(ast.Attribute(node.left, method, ast.Load()), [node.right],
+                                                       []))])
+        return node
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        name = _call_name(node)
+        if name in INPLACE and not _is_method(node) and isinstance(node.func, ast.Attribute) and node.args \
+                and self._param(node.args[0]):
+            first = node.args[0]
+            return self.offer(node, [(f"`{_src(node)}` -> `{first.id}.{name}_(...)` (the argument `{first.id}` "
+                                      "written in place)",
+                                      lambda: ast.Call(ast.Attribute(first, name + "_", ast.Load()), node.args[1:],
+                                                       node.keywords))])
+        return node
+
+
+class Reduction(Operator):
+    """A reduction replaced by another (``sum`` <-> ``mean``, ``amax`` <-> ``amin``, ``logsumexp`` -> ``amax``),
+    and a full reduction (``x.sum()``) made one over the first dimension."""
+
+    name = "reduction"
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        name = _call_name(node)
+        tensor_call = _is_method(node) or (isinstance(node.func, ast.Attribute) and isinstance(node.func.value,
+                                                                                              ast.Name)
+                                           and node.func.value.id == "torch")
+        if name not in REDUCTION_SWAPS or not tensor_call:
+            return node
+        new = REDUCTION_SWAPS[name]
+        variants = [(f"`{name}` -> `{new}`",
+                     lambda: ast.Call(ast.Attribute(node.func.value, new, ast.Load()), node.args, node.keywords))]
+        if _is_method(node) and not node.args and not node.keywords and name in {"sum", "mean", "amax", "amin"}:
+            variants.append((f"`.{name}()` -> `.{name}(0)`",
+                             lambda: ast.Call(node.func, [ast.Constant(0)], [])))
+        return self.offer(node, variants)
+
+
+class NarrowCast(Operator):
+    """A dtype made narrower: ``torch.float64`` -> ``torch.float32``, ``torch.int64`` -> ``torch.int32``,
+    ``.double()`` -> ``.float()``, ``.long()`` -> ``.int()``, ``.float()`` -> ``.half()``."""
+
+    name = "narrow"
+
+    def visit_Attribute(self, node):
+        self.generic_visit(node)
+        if isinstance(node.value, ast.Name) and node.value.id == "torch" and node.attr in NARROWER_DTYPES and \
+                isinstance(node.ctx, ast.Load):
+            new = NARROWER_DTYPES[node.attr]
+            return self.offer(node, [(f"`torch.{node.attr}` -> `torch.{new}`",
+                                      lambda: ast.Attribute(node.value, new, ast.Load()))])
+        return node
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        name = _call_name(node)
+        if name in NARROWER_CASTS and _is_method(node) and not node.args and not node.keywords:
+            new = NARROWER_CASTS[name]
+            return self.offer(node, [(f"`.{name}()` -> `.{new}()`",
+                                      lambda: ast.Call(ast.Attribute(node.func.value, new, ast.Load()), [], []))])
+        return node
+
+
 OPERATORS: list[type[Operator]] = [Arithmetic, Comparison, Constant, Dim, Transpose, DropKeyword, Cast, NoGrad,
-                                   InPlace, DeleteStatement, SwapArguments, Probability]
+                                   InPlace, DeleteStatement, SwapArguments, Probability,
+                                   # issue 41: after the one-token edits, so that their order is unchanged
+                                   WriteArgument, Reduction, NarrowCast]
 
 
 def normalized(source: str) -> str:

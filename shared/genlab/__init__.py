@@ -45,6 +45,15 @@ def check(function: str, lab: str | None = None):
     return self_check(function, lab or LAB)
 
 
+def check_generated(fn, expected, function: str, **options) -> int:
+    """Compares ``fn`` with ``expected`` on inputs hypothesis draws from the domain the lab's table declares for
+    ``function`` ("Generated inputs:" in its row); a failure shows the shrunk input. See
+    :mod:`genlab.testing.properties`."""
+    from genlab.testing.properties import check_generated as run
+
+    return run(fn, expected, function, **options)
+
+
 def show_source(obj) -> None:
     """Prints the source of a function (the failure-modes cells show each catalogued bug this way)."""
     import inspect
@@ -53,5 +62,5 @@ def show_source(obj) -> None:
     print(inspect.getsource(getattr(obj, "fn", obj)))  # an Edit shows the edit it makes
 
 
-__all__ = ["setup", "check", "show_source", "CheckFailed", "check_shape", "check_close", "check_dtype_device",
+__all__ = ["setup", "check", "check_generated", "show_source", "CheckFailed", "check_shape", "check_close", "check_dtype_device",
            "check_grad_reaches", "grad_of", "peak_memory", "count_flops", "time_ratio", "check_not_slower"]

@@ -221,6 +221,27 @@ SAMPLES["lab5_bug_percentile_interval_list"] = {"expect": {"failed_tests": ["per
                            "    return torch.quantile(values.double(), q).tolist()\n",
 }}
 
+# the interval interpolated by hand between the sorted values at floor(q (N - 1)) and the next one, which does not
+# exist for a single value (N = 1: IndexError); no hand-written test passes one value, only the generated inputs
+# (N from 1 to 20 in the table) do. The variant beside it stops at the last value, as numpy.quantile does.
+def _percentile_by_hand(upper: str) -> str:
+    return ("def percentile_interval(values, level=0.95):\n"
+            "    v = torch.sort(values.double()).values\n"
+            "    n = v.shape[0]\n"
+            "    ends = []\n"
+            "    for q in ((1 - level) / 2, (1 + level) / 2):\n"
+            "        pos = q * (n - 1)\n"
+            "        lo = int(pos)\n"
+            f"        hi = {upper}\n"
+            "        ends.append((v[lo] + (pos - lo) * (v[hi] - v[lo])).item())\n"
+            "    return ends[0], ends[1]\n")
+
+
+SAMPLES["lab5_bug_percentile_single_value"] = {"expect": {"failed_tests": ["percentile_interval_value"]}, "cells": {
+    "percentile_interval": _percentile_by_hand("lo + 1")}}
+SAMPLES["lab5_variant_percentile_by_hand"] = {"expect": {"full": True}, "cells": {
+    "percentile_interval": _percentile_by_hand("min(lo + 1, n - 1)")}}
+
 # section 10, correct variants: the radii as the (k + 1)-th smallest distance (the point itself is the first), written
 # out with NumPy; ties counted inside the ball (<=, torch-fidelity's convention: the tests create none)
 SAMPLES["lab5_variant_prdc_numpy_closed_balls"] = {"expect": {"full": True}, "cells": {

@@ -1,0 +1,120 @@
+"""Generated inputs (genlab.testing.properties): the domain language, derandomized draws, shrunk failures."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from genlab.checks import CheckFailed
+from genlab.testing.properties import DomainError, check_generated, domain_of, parse_domain
+
+KL = "mu, logvar: real[B, D] in [-5, 5] at 0; B: 1..7; D: 1..9; dtype: float32, float64"
+
+
+def kl(mu, logvar):
+    return 0.5 * (mu.pow(2) + logvar.exp() - 1 - logvar).sum(-1)
+
+
+def test_the_domain_language_is_read():
+    d = parse_domain("x: real[*S, T, 2*H] float64 in [-1, 2] at 0, 1; t: int[B] in [0, T-1]; t_prev: int[B] in "
+                     "[-1, T-2] below t; beta?: float in [0, 8]; kind: choice of linear, cosine; _a: real[T] in "
+                     "[0, 1]; y: from _a + 1; *S: 0..2 dims of 1..3; T: 1..5; H: 1..2; B: T..9; examples: 7; "
+                     "dtype: float32; layout: contiguous, transposed")
+    assert [a.name for a in d.args] == ["x", "t", "t_prev", "beta", "kind", "_a", "y"]
+    assert d.args[0].dtype == torch.float64 and d.args[0].at == (0.0, 1.0) and d.args[2].below == "t"
+    assert d.args[3].optional and not d.args[3].tensor and d.args[4].choices == ("linear", "cosine")
+    assert d.sizes == {"T": (1, 5), "H": (1, 2), "B": ("T", 9)} and d.batches == {"S": (0, 2, 1, 3)}
+    assert d.examples == 7 and d.dtypes == (torch.float32,) and d.layouts == ("contiguous", "transposed")
+    with pytest.raises(DomainError, match="size Q"):
+        parse_domain("x: real[Q]")
+    assert domain_of("**nothing.** prose. Generated inputs: none (it trains a model).") is None
+    assert domain_of(f"**nothing.** Generated inputs: `{KL}`.").args[0].name == "mu"
+
+
+def test_a_correct_function_passes_and_the_draws_do_not_depend_on_luck():
+    torch.manual_seed(123)
+    n = check_generated(kl, kl, "gaussian_kl", domain=KL)
+    torch.manual_seed(456)
+    assert check_generated(kl, kl, "gaussian_kl", domain=KL) == n >= 25
+
+
+def test_a_failure_shows_the_shrunk_input_and_both_results():
+    def wrong(mu, logvar):   # the sum over the latent dimensions taken as a mean
+        return 0.5 * (mu.pow(2) + logvar.exp() - 1 - logvar).mean(-1)
+
+    messages = []
+    for _ in range(2):
+        with pytest.raises(CheckFailed) as failed:
+            check_generated(wrong, kl, "gaussian_kl", domain=KL)
+        messages.append(str(failed.value))
+    assert messages[0] == messages[1]          # derandomized: the same shrunk example every time
+    text = messages[0]
+    assert text.startswith("your gaussian_kl on this input gave tensor(") and ", expected tensor(" in text
+    # shrunk: one example of two dimensions (a mean differs from a sum only then), small values
+    assert "the input: gaussian_kl(tensor([[" in text and text.count("tensor(") <= 6, text
+
+
+def test_an_error_is_shown_as_raised_and_a_grader_failure_is_not_shrunk():
+    def raises(mu, logvar):
+        raise ValueError("no")
+
+    with pytest.raises(CheckFailed, match=r"your gaussian_kl on this input raised ValueError: no"):
+        check_generated(raises, kl, "gaussian_kl", domain=KL)
+
+    class KernelLost(Exception):     # what the grader raises when the student's kernel dies: not a verdict
+        pass
+
+    KernelLost.__module__ = "autograder.wall.kernel"
+    calls = []
+
+    def dies(mu, logvar):
+        calls.append(1)
+        raise KernelLost("the kernel died")
+
+    with pytest.raises(KernelLost):
+        check_generated(dies, kl, "gaussian_kl", domain=KL)
+    assert len(calls) == 1                     # passed through at once, never shrunk
+
+
+def test_a_domain_wider_than_the_reference_is_the_labs_mistake():
+    def strict(mu, logvar):
+        if mu.shape[0] < 2:
+            raise ValueError("a batch of one")
+        return kl(mu, logvar)
+
+    with pytest.raises(DomainError, match="wider than the reference accepts"):
+        check_generated(kl, strict, "gaussian_kl", domain=KL)
+
+
+def test_the_grader_hands_over_the_table_it_loaded_wherever_it_runs(tmp_path, monkeypatch):
+    """A platform's grader runs in /autograder with the course in /autograder/source: the hidden tests' domains
+    come from the notebook the grader loaded, not from a course found from the working directory."""
+    from pathlib import Path
+
+    from autograder.grading.pipeline import Lab
+    from genlab.testing import properties
+
+    root = Path(__file__).resolve().parents[1]
+    lab = Lab.load(root, "lab1_vae")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GENLAB_ROOT", raising=False)
+    monkeypatch.setattr(properties, "_TABLES", {})
+    with pytest.raises(FileNotFoundError, match="no course folder"):
+        properties.lab_domain("gaussian_kl", "lab1_vae")
+    lab.test_globals()
+    assert [a.name for a in properties.lab_domain("gaussian_kl", "lab1_vae").args] == ["mu", "logvar"]
+    with pytest.raises(DomainError, match="declares no 'Generated inputs:' domain for beta_sweep"):
+        properties.lab_domain("beta_sweep", "lab1_vae")
+
+
+def test_an_error_relayed_from_the_kernel_is_a_verdict_and_shrunk():
+    """The grader's kernel relays a student's IndexError as a StudentError subclass named IndexError (defined in
+    genlab.testing.wire): a verdict on the code, shrunk and shown with its input, not a grader failure."""
+    from genlab.testing.wire import student_error
+
+    def single_value_fails(mu, logvar):
+        if mu.shape[0] == 1:
+            raise student_error("IndexError", "index 1 is out of bounds for dimension 0 with size 1")
+        return kl(mu, logvar)
+
+    with pytest.raises(CheckFailed, match=r"(?s)raised IndexError: index 1 is out of bounds.*the input: gaussian_kl"):
+        check_generated(single_value_fails, kl, "gaussian_kl", domain=KL)
