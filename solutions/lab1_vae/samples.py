@@ -781,9 +781,8 @@ SAMPLES["lab1_control_version_kept"] = {"cells": {"gaussian_kl": KL_HEAD + _ZERO
                "message": {"gaussian_kl_value": "gaussian_kl changed its argument 0 in place"}}}
 # -- issue 39: measurements that hold against a student who has read the grader -----------------------------------
 # Every time and memory verdict now comes from a fresh process forked from a zygote that ran only the setup: it runs
-# the notebook's cells and the measured calls, and the OS counts from outside its CPU time from a ready mark after
-# the cells (the timed inputs arrive only after it) and its peak memory over its whole life, less the pages a
-# witness forked at the mark shows were held and never written (autograder.wall.measure). Every timed and watched answer is compared with the reference's, and
+# the notebook's cells and the measured calls, and the OS counts its CPU time and peak memory from outside, over
+# its whole life (autograder.wall.measure). Every timed and watched answer is compared with the reference's, and
 # every timed call gets inputs the grader scaled by a factor of their own. Each attack below hides a wrong
 # reparameterize from the in-kernel measurement it was written against; each control is the same wrong function
 # without the trick, and loses the same marks.
@@ -816,7 +815,7 @@ SAMPLES["lab1_attack_loop_frame"] = {"cells": {"reparameterize": "import inspect
                "status": {"reparameterize_value": "passed", "reparameterize_gradient": "passed"}}}
 # The loop's work done while the untimed request that prepares the timed calls' inputs runs: a thread computes
 # the answer for every prepared copy (the kernel's server keeps them in a list), keyed on the copy's id, and the
-# timed calls find it. In a measured process the inputs arrive after the ready mark, so the work is counted.
+# timed calls find it. In a measured process the work is in its CPU time, whenever it is done.
 SAMPLES["lab1_attack_staging"] = {"cells": {"reparameterize": (
     "import importlib, threading, time\n_ready = {}\n\n"
     "def _slow(mu, logvar, eps):\n" + _LOOP + "    return z\n\n"
