@@ -59,6 +59,10 @@ psql_() { as_owner "$BIN/psql" -h "$DIR" -p "$PORT" -U "$OWNER" -d postgres -v O
 if [ "$(psql_ -c "SELECT 1 FROM pg_roles WHERE rolname = 'genlab'")" != 1 ]; then
     psql_ -c "CREATE ROLE genlab LOGIN CREATEDB PASSWORD 'genlab'" >&2
 fi
+# DROP DATABASE ... WITH (FORCE) ends the connections left on a test's database, and a role may end only its own
+# role's: CI once failed a teardown with "must be a member of the role whose process is being terminated or member of
+# pg_signal_backend" (the server's other processes, autovacuum's workers among them, are its owner's).
+psql_ -c "GRANT pg_signal_backend TO genlab" >&2
 if [ "$(psql_ -c "SELECT 1 FROM pg_database WHERE datname = 'genlab'")" != 1 ]; then
     psql_ -c "CREATE DATABASE genlab OWNER genlab" >&2
 fi

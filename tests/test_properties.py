@@ -118,3 +118,12 @@ def test_an_error_relayed_from_the_kernel_is_a_verdict_and_shrunk():
 
     with pytest.raises(CheckFailed, match=r"(?s)raised IndexError: index 1 is out of bounds.*the input: gaussian_kl"):
         check_generated(single_value_fails, kl, "gaussian_kl", domain=KL)
+
+
+def test_hypothesis_writes_nothing_in_the_working_directory(tmp_path, monkeypatch):
+    """nbval runs a lab's notebook in solutions/<lab>: hypothesis's own cache (.hypothesis/constants) appeared there
+    while the suite graded, and the every-sample test saw a file under solutions/ change."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HYPOTHESIS_STORAGE_DIRECTORY", raising=False)
+    check_generated(kl, kl, "gaussian_kl", domain=KL)
+    assert not (tmp_path / ".hypothesis").exists()

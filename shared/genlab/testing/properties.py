@@ -473,6 +473,8 @@ def check_generated(fn: Callable, expected: Callable, function: str, *, name: st
 
     from genlab.checks import CheckFailed
 
+    _keep_hypothesis_files_private()
+
     if domain is None:
         domain = lab_domain(function)
     elif isinstance(domain, str):
@@ -518,6 +520,21 @@ def check_generated(fn: Callable, expected: Callable, function: str, *, name: st
                           f"  (one of {domain.examples} inputs drawn from the domain the lab's table declares for "
                           f"{function}, shrunk to a small one that still fails)") from None
     return count[0]
+
+
+def _keep_hypothesis_files_private() -> None:
+    """Hypothesis caches what it reads of the code under test in ``.hypothesis/`` of the working directory (even with
+    ``database=None``: its ``constants`` cache). That is a student's folder, or the course's ``solutions/<lab>`` when
+    nbval runs a notebook there (a file that appeared under solutions/ while the suite graded). Keep it in the
+    temporary directory instead, unless ``HYPOTHESIS_STORAGE_DIRECTORY`` says where."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from hypothesis import configuration
+
+    if not os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
+        configuration.set_hypothesis_home_dir(Path(tempfile.gettempdir()) / f"genlab-hypothesis-{os.getuid()}")
 
 
 def _quiet():
