@@ -1,6 +1,6 @@
 """Every lab's hand-graded answers: a locked question that says it is graded by hand, a model answer that never
 ships, points in nbgrader's metadata, and no test cell of the autograder among them. Issue 42 asked one written
-question per new section; the five added with it are pinned here."""
+question per new section; the seven added with it are pinned here, and the four issue 44 asked of Lab 6."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,9 +12,11 @@ from genlab.testing.notebook import LabNotebook, grade_id, nbgrader_meta
 
 ROOT = Path(__file__).resolve().parents[1]
 LABS = sorted(p.name for p in (ROOT / "solutions").iterdir() if (p / f"{p.name}.ipynb").exists())
-ADDED = {"lab2_diffusion": {"ddim_clipping_answer": 3.0, "guidance_trade_answer": 3.0},
+ADDED = {"lab1_vae": {"cb_answer": 3.0, "free_bits_answer": 3.0},
+         "lab2_diffusion": {"ddim_clipping_answer": 3.0, "guidance_trade_answer": 3.0},
          "lab3_attention": {"modern_attention_answer": 3.0},
-         "lab5_fid": {"class_mix_answer": 3.0, "bootstrap_answer": 3.0}}
+         "lab5_fid": {"class_mix_answer": 3.0, "bootstrap_answer": 3.0},
+         "lab6_debugging": {"run_a_answer": 2.0, "nonfinite_answer": 3.0, "spikes_answer": 2.0, "memory_answer": 3.0}}
 
 
 def cells_by_id(path):

@@ -22,7 +22,7 @@ from genlab.testing.reference import load_reference
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "solutions" / "lab1_vae" / "lab1_vae.ipynb"
 RELEASE = ROOT / "labs" / "lab1_vae" / "lab1_vae.ipynb"
-MANUAL = {"derivation_kl_general": 3.0, "beta_sweep_discussion": 2.0}
+MANUAL = {"derivation_kl_general": 3.0, "beta_sweep_discussion": 2.0, "cb_answer": 3.0, "free_bits_answer": 3.0}
 
 
 @pytest.fixture(scope="module")

@@ -155,7 +155,7 @@ def test_a_term_end_to_end_collect_grade_hand_grade_feedback_export(tmp_path):
     feedback = ["feedback", str(out), "--submissions", str(subs), "--course", str(course)]
     assert main(feedback) == 0
     page = (out / "feedback" / "jmuller" / "lab1_vae" / "lab1_vae.html").read_text()
-    assert f"{result.total:g} / {result.max_total:g} autograded; 5 points of hand-graded answers still" in page
+    assert f"{result.total:g} / {result.max_total:g} autograded; 11 points of hand-graded answers still" in page
     assert "submitted 3 h 12 min late: −10%" in page
     canvas = ["export", str(out), "--format", "canvas", "--roster", str(tmp_path / "roster.csv")]
     assert main([*canvas, "--out", str(tmp_path / "pending.csv")]) == 0
@@ -163,18 +163,20 @@ def test_a_term_end_to_end_collect_grade_hand_grade_feedback_export(tmp_path):
     with Gradebook(f"sqlite:///{out / 'gradebook.db'}", "genlab") as gb:   # what formgrader writes
         gb.find_grade("derivation_kl_general", "lab1_vae", "lab1_vae", "jmuller").manual_score = 3.0
         gb.find_grade("beta_sweep_discussion", "lab1_vae", "lab1_vae", "jmuller").manual_score = 1.5
+        gb.find_grade("cb_answer", "lab1_vae", "lab1_vae", "jmuller").manual_score = 3.0
+        gb.find_grade("free_bits_answer", "lab1_vae", "lab1_vae", "jmuller").manual_score = 2.5
         gb.db.commit()
-    raw = result.total + 4.5
+    raw = result.total + 10
     for _ in range(2):
         assert main(feedback) == 0
         with Gradebook(f"sqlite:///{out / 'gradebook.db'}", "genlab") as gb:
             assert gb.find_submission("lab1_vae", "jmuller").late_submission_penalty == pytest.approx(raw / 10)
     page = (out / "feedback" / "jmuller" / "lab1_vae" / "lab1_vae.html").read_text()
-    assert f"Score: {raw:g} / {result.max_total + 5:g} ({result.total:g} / {result.max_total:g} autograded, " \
-           f"4.5 / 5 hand-graded); submitted 3 h 12 min late: −10% ({-raw / 10:g} points): " \
-           f"{raw * 0.9:g} / {result.max_total + 5:g}" in page
+    assert f"Score: {raw:g} / {result.max_total + 11:g} ({result.total:g} / {result.max_total:g} autograded, " \
+           f"10 / 11 hand-graded); submitted 3 h 12 min late: −10% ({-raw / 10:g} points): " \
+           f"{raw * 0.9:g} / {result.max_total + 11:g}" in page
     header = re.search(r"<h4>[^<]*</h4>", page)[0]   # nbgrader's own score line says the same
-    assert "autograded" in header and "4.5 / 5 hand-graded" in header and "−10%" in header, header
+    assert "autograded" in header and "10 / 11 hand-graded" in header and "−10%" in header, header
     assert main([*canvas, "--out", str(tmp_path / "graded.csv")]) == 0
     assert (tmp_path / "graded.csv").read_text().splitlines()[2] == f'"Müller, José",1001,S1,jmuller,A,{raw * 0.9:g}'
 

@@ -63,35 +63,41 @@ TIMES = ("id,submitted_at\n"
 HAND_GRADES = [
     ("jmuller", "derivation_kl_general", 2.5, "Right idea; the last step drops a factor 1/2."),
     ("jmuller", "beta_sweep_discussion", 2.0, ""),
+    ("jmuller", "cb_answer", 3.0, ""),
+    ("jmuller", "free_bits_answer", 3.0, ""),
     ("aoneil", "derivation_kl_general", 3.0, "Complete."),
+    ("aoneil", "cb_answer", 3.0, ""),
+    ("aoneil", "free_bits_answer", 2.0, "Part 2: why the gradient is 0 below lambda."),
     ("zberg", "derivation_kl_general", 2.0, ""),
     ("zberg", "beta_sweep_discussion", 1.0, "Name the trade-off: the KL term against the reconstruction."),
+    ("zberg", "cb_answer", 2.0, "Part 3: a density can exceed 1, a probability cannot."),
+    ("zberg", "free_bits_answer", 3.0, ""),
 ]
 
-# Worked by hand. Lab 1 has 40 autograded points (24 test cells) and 5 hand-graded (3 + 2): 45 in all.
-# - jmuller, the reference, on time: 40 + 2.5 + 2 = 44.5.
+# Worked by hand. Lab 1 has 40 autograded points (24 test cells) and 11 hand-graded (3 + 2 + 3 + 3): 51 in all.
+# - jmuller, the reference, on time: 40 + 2.5 + 2 + 3 + 3 = 50.5.
 # - aoneil, iwae_bound without the - log K: iwae_bound_value and iwae_bound_stability (2 + 2) compare values
 #   and fail; the shape and the gradient (a constant shift) pass: 40 - 4 = 36. Submitted 30 h after the due
 #   date, within her 48-hour extension: no penalty. One answer pending, so the LMS columns stay blank (not 0).
-# - zberg, a correct variant: 40 + 2 + 1 = 43, submitted 3 h 12 min late: 4 started hours at 2.5% = 10%,
-#   4.3 points: 38.7.
+# - zberg, a correct variant: 40 + 2 + 1 + 2 + 3 = 48, submitted 3 h 12 min late: 4 started hours at 2.5% = 10%,
+#   4.8 points: 43.2.
 CANVAS = """Student,ID,SIS User ID,SIS Login ID,Section,Lab 1: VAE (48213)
-Points Possible,,,,,45
-"Müller, José",1001,S1,jmuller,A,44.5
+Points Possible,,,,,51
+"Müller, José",1001,S1,jmuller,A,50.5
 "O'Neil, Anne-Marie",1002,S2,aoneil,A,
-"van der Berg, Zoë",1003,S3,zberg,B,38.7
+"van der Berg, Zoë",1003,S3,zberg,B,43.2
 """
 MOODLE = """Full name,ID number,Email address,lab1_vae
-"Müller, José",S1,jose@uni.example,44.5
+"Müller, José",S1,jose@uni.example,50.5
 "O'Neil, Anne-Marie",S2,anne@uni.example,
-"van der Berg, Zoë",S3,zoe@uni.example,38.7
+"van der Berg, Zoë",S3,zoe@uni.example,43.2
 """
 SCORE_LINES = {
-    "jmuller": "Score: 44.5 / 45 (40 / 40 autograded, 4.5 / 5 hand-graded)",
-    "aoneil": "Score: 36 / 40 autograded; 2 points of hand-graded answers still to be graded (out of 45 in all); "
+    "jmuller": "Score: 50.5 / 51 (40 / 40 autograded, 10.5 / 11 hand-graded)",
+    "aoneil": "Score: 36 / 40 autograded; 2 points of hand-graded answers still to be graded (out of 51 in all); "
               "submitted by the extended due date: no penalty",
-    "zberg": "Score: 43 / 45 (40 / 40 autograded, 3 / 5 hand-graded); submitted 3 h 12 min late: −10% "
-             "(-4.3 points): 38.7 / 45",
+    "zberg": "Score: 48 / 51 (40 / 40 autograded, 8 / 11 hand-graded); submitted 3 h 12 min late: −10% "
+             "(-4.8 points): 43.2 / 51",
 }
 
 
@@ -243,12 +249,12 @@ def test_a_term_from_the_canvas_zip_to_the_lms_import(tmp_path, browser):
     assert export("canvas", *roster, "--column", "lab1_vae=Lab 1: VAE (48213)") == CANVAS
     assert export("moodle", *roster) == MOODLE
     per_test = list(csv.DictReader(io.StringIO(export("csv"))))
-    assert len(per_test) == 3 * (24 + 2) + 1        # 24 tests and 2 answers per student, and zberg's penalty
+    assert len(per_test) == 3 * (24 + 4) + 1        # 24 tests and 4 answers per student, and zberg's penalty
     by = {(r["student"], r["cell"]): r for r in per_test}
     assert (by["aoneil", "beta_sweep_discussion"]["score"], by["aoneil", "beta_sweep_discussion"]["status"]) == \
         ("", "pending")
     assert by["jmuller", "derivation_kl_general"]["score"] == "2.5"
-    assert by["zberg", "late penalty"]["score"] == "-4.3"
+    assert by["zberg", "late penalty"]["score"] == "-4.8"
     assert by["aoneil", "iwae_bound_value"]["diagnosis"] == "iwae_missing_log_k"
 
     # a regrade of the same run never applies the penalty twice
