@@ -41,12 +41,13 @@ demo-all: venv  ## autograde every sample submission
 
 # Two pytest workers, a file each at a time (--dist loadfile keeps a notebook's cells and a module's shared
 # fixtures together): the single-threaded parts (nbval, the browser, the cluster) overlap the grading runs.
+# --no-loadscope-reorder: the files go out longest first, in the order tests/conftest.py's LONGEST_FIRST gives.
 # The student notebooks with the reference filled in are run by the browser tests (tests/test_browser.py).
 # One torch thread per process: on 2 shared cores, two threads per kernel made the notebooks up to 8x slower.
 test: venv  ## the whole suite: unit tests, grading of the samples, browser and cluster tests, nbval over the solutions
 	bash .ci/system-deps.sh  # idempotent: an older venv may predate a system package or the kernel user
 	OMP_NUM_THREADS=1 GENLAB_STRICT_READINGS=1 bash .ci/with-postgres.sh \
-	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=15 \
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder --durations=15 \
 		--nbval-lax --nbval-sanitize-with .ci/nbval-sanitize.cfg tests solutions
 
 test-equivalence: venv  ## every sample graded in both modes (default and --full-run): identical grades (~30 min)

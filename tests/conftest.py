@@ -193,3 +193,22 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.section("time per phase")
     for line in phases.summary(reports, _SESSION_START):
         terminalreporter.write_line(line)
+
+
+# -- the order the two workers take the files in ---------------------------------------------------------------
+# `make test` runs pytest-xdist with --dist loadfile: a worker takes a whole file, and takes the next one when the
+# file it runs has two tests left. By default xdist hands out the files with the most tests first, so the browser
+# file (a few tests, about 400 s) came late and ran alone at the end (the CI run of bd78772: busy per worker
+# 1181 s and 1281 s, wall 1295 s). With --no-loadscope-reorder (the Makefile) they go in this order: the files
+# that take longest first, by their time in that run, so that the short ones fill both workers' ends.
+LONGEST_FIRST = ["tests/test_grading.py", "tests/test_browser.py", "solutions/lab3_attention", "tests/test_term.py",
+                 "solutions/lab2_diffusion", "solutions/lab4_lora", "tests/test_slurm.py", "tests/test_sharding.py",
+                 "solutions/lab1_vae", "tests/test_platforms.py", "tests/test_audit.py", "tests/test_feedback_inert.py"]
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item) -> int:
+        return next((i for i, prefix in enumerate(LONGEST_FIRST) if item.nodeid.startswith(prefix)),
+                    len(LONGEST_FIRST))
+
+    items.sort(key=rank)   # stable: the tests of a file keep their order, and the other files theirs
