@@ -127,3 +127,71 @@ def test_hypothesis_writes_nothing_in_the_working_directory(tmp_path, monkeypatc
     monkeypatch.delenv("HYPOTHESIS_STORAGE_DIRECTORY", raising=False)
     check_generated(kl, kl, "gaussian_kl", domain=KL)
     assert not (tmp_path / ".hypothesis").exists()
+
+
+def test_the_next_notebook_is_checked_on_the_inputs_hypothesis_draws(monkeypatch):
+    """The grader keeps the inputs (and expected answers) of a run that passed and checks the next notebook on
+    them without drawing (properties._PASSED): they must be exactly those hypothesis draws, in order, with their
+    dtypes and layouts; a change the function makes in place must not reach the next notebook; and a notebook
+    that fails gets the very message hypothesis gives it without the kept inputs."""
+    from genlab.testing import properties
+
+    domain = KL + "; layout: contiguous, transposed"
+
+    def recording(into, in_place=False):
+        def f(mu, logvar):
+            into.append([(t.clone(), t.dtype, t.stride()) for t in (mu, logvar)])
+            out = kl(mu, logvar)
+            if in_place:
+                mu.add_(1.0)       # a change in place: the grader writes it back into the test's tensors
+            return out
+        return f
+
+    def same(a, b):
+        return len(a) == len(b) and all(
+            all(x[1] == y[1] and x[2] == y[2] and torch.equal(x[0], y[0]) for x, y in zip(ca, cb)) for ca, cb in zip(a, b))
+
+    monkeypatch.setattr(properties, "_PASSED", {})
+    drawn, replayed, again = [], [], []
+    n = check_generated(recording(drawn, in_place=True), kl, "gaussian_kl", domain=domain)
+    assert len(properties._PASSED) == 1 and n == properties._PASSED[next(iter(properties._PASSED))][0]
+    assert check_generated(recording(replayed), kl, "gaussian_kl", domain=domain) == n
+    monkeypatch.setattr(properties, "_PASSED", {})
+    check_generated(recording(again), kl, "gaussian_kl", domain=domain)
+    assert same(drawn, again) and same(replayed, again), "the kept inputs are not those hypothesis draws"
+
+    def wrong(mu, logvar):
+        return 0.5 * (mu.pow(2) + logvar.exp() - 1 - logvar).mean(-1)
+
+    messages = []
+    for kept in ({}, properties._PASSED):   # without, then with the kept inputs of a passing run
+        monkeypatch.setattr(properties, "_PASSED", kept)
+        with pytest.raises(CheckFailed) as failed:
+            check_generated(wrong, kl, "gaussian_kl", domain=domain)
+        messages.append(str(failed.value))
+    assert messages[0] == messages[1]
+
+
+def test_a_kept_input_that_fails_fails_even_if_hypothesis_draws_otherwise(monkeypatch):
+    """The kept inputs are in the domain: a function wrong on one of them is wrong, whatever a later draw finds."""
+    from genlab.testing import properties
+
+    monkeypatch.setattr(properties, "_PASSED", {})
+    check_generated(kl, kl, "gaussian_kl", domain=KL)
+    (key, (n, kept)), = properties._PASSED.items()
+    first = kept[0][0][0]
+
+    def wrong_on_the_first(mu, logvar):     # wrong only on the first kept input
+        out = kl(mu, logvar)
+        return out + 1 if mu.shape == first.shape and torch.equal(mu, first) else out
+
+    monkeypatch.setattr(properties, "_PASSED", {key: (n, kept)})
+    # hypothesis, run again, draws the same inputs: it finds the failure and shrinks (it may shrink to it)
+    with pytest.raises(CheckFailed, match="your gaussian_kl on this input gave"):
+        check_generated(wrong_on_the_first, kl, "gaussian_kl", domain=KL)
+    # kept inputs that hypothesis would not draw now (say, drawn in a process with other modules loaded)
+    shifted = [(tuple(t + 0.125 for t in args), kwargs, kl(*(t.double() + 0.125 for t in args))) for args, kwargs, _ in kept]
+    first = shifted[0][0][0]
+    monkeypatch.setattr(properties, "_PASSED", {key: (n, shifted)})
+    with pytest.raises(CheckFailed, match=r"(?s)gave tensor.*the input: gaussian_kl\(tensor"):
+        check_generated(wrong_on_the_first, kl, "gaussian_kl", domain=KL)
