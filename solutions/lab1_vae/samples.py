@@ -136,9 +136,12 @@ SAMPLES: dict[str, dict] = {
     # Loops for ever when beta != 1 (the hidden tests try other betas); the lab's training uses beta = 1.
     "fault_infinite_loop": {"cells": {**CORRECT, "negative_elbo": CORRECT["negative_elbo"].replace(
         "    recon =", "    while beta != 1.0:\n        pass\n    recon =")}},
-    # Kills its own kernel when beta != 1 (a hidden test's call): that test is lost, the tests after it are not.
+    # Kills its own kernel when beta = 0.5 (a hidden test's call): that test is lost, the tests after it are not.
+    # In a full run one skipped demo calls it too (beta_sweep_run, beta 0.5 second): the kernel is replaced and
+    # the demo's cells before it run again. (At every beta != 1, three demos and two tests killed it, and that
+    # one sample took 134 s of the full-run comparison's 805, under load.)
     "fault_crash_in_call": {"cells": {**CORRECT, "negative_elbo": CORRECT["negative_elbo"].replace(
-        "    recon =", "    if beta != 1.0:\n        import os\n        os._exit(3)\n    recon =")}},
+        "    recon =", "    if beta == 0.5:\n        import os\n        os._exit(3)\n    recon =")}},
     "fault_deleted_tests": {"cells": {}, "delete": ["reparameterize_value", "gaussian_kl_value"],
                             "edit": {"reparameterize_shape": "pass  # edited away\n"}},
     "fault_reordered_duplicated": {"cells": {}, "swap": ["gaussian_kl", "reparameterize"],
