@@ -156,3 +156,30 @@ def test_a_kernel_blinding_genlabs_count_is_measured_by_what_the_os_charged(kern
     with kernel.memory_watch() as watch:
         kernel.run_cell("big = torch.ones(64, 1024, 1024)")   # 256 MiB, kept
     assert watch is not None and watch.peak_bytes >= 256 * MiB, watch
+
+
+def test_a_kernel_left_frozen_by_a_killed_grader_is_thawed_and_ended_by_the_next():
+    """A grader killed outright (SIGKILL) while it timed the reference leaves the student's kernel frozen in its
+    group, where SIGKILL cannot end it. The next grading process removes the groups of graders that are gone."""
+    import subprocess
+
+    probe = subprocess.Popen(["true"])      # a grader that has ended: its process number is free
+    probe.wait()
+    group = cgroups.Cgroup.create(2**30, 16, owner=probe.pid)
+    sleeper = subprocess.Popen([*group.launcher(), "sleep", "600"])
+    deadline = time.monotonic() + 10
+    while sleeper.pid not in group.pids() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sleeper.pid in group.pids()
+    if group.can_freeze():
+        assert group.freeze(True)
+    removed = cgroups.sweep_orphans()
+    name = next(iter(group.dirs.values())).name
+    assert name in removed, (name, removed)
+    assert sleeper.wait(timeout=10) == -9, "the frozen kernel was not ended"
+    assert not any(d.exists() for d in group.dirs.values())
+    # a live grader's group is never touched
+    mine = cgroups.Cgroup.create(2**30, 16)
+    assert next(iter(mine.dirs.values())).name not in cgroups.sweep_orphans()
+    assert all(d.exists() for d in mine.dirs.values())
+    mine.remove()

@@ -13,6 +13,7 @@ would ignore it) and counts per kernel (each has its own user namespace). With c
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 import uuid
@@ -72,8 +73,14 @@ class Cgroup:
     max_pids: int
 
     @classmethod
-    def create(cls, memory_bytes: int, max_pids: int) -> "Cgroup":
-        name = f"genlab-{uuid.uuid4().hex[:12]}"
+    def create(cls, memory_bytes: int, max_pids: int, owner: int | None = None) -> "Cgroup":
+        global _swept
+        if not _swept:
+            _swept = True
+            sweep_orphans()
+        # The grading process that owns it is in the name: a grader killed outright (SIGKILL, a Slurm task
+        # cancelled, the machine's OOM killer) cleans nothing up, and the next grader removes what it left.
+        name = f"genlab-{owner or os.getpid()}-{uuid.uuid4().hex[:12]}"
         v2 = _v2()
         if v2 is not None:
             folder = v2 / name
@@ -181,6 +188,44 @@ class Cgroup:
                     break
                 except OSError:
                     time.sleep(0.05)
+
+
+# -- what a grader killed outright left behind ---------------------------------------------------------------
+_OWNED = re.compile(r"^genlab-(\d+)-[0-9a-f]{12}$")
+_swept = False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:     # someone else's process: alive
+        return True
+    return True
+
+
+def sweep_orphans() -> list[str]:
+    """Removes the groups whose grading process is gone, with what still runs in them: a kernel the grader
+    had frozen while it timed the reference stays frozen for ever otherwise (a frozen process cannot even
+    die of SIGKILL until it is thawed: :meth:`Cgroup.kill_all` thaws first). Runs once per grading process,
+    before its first group. A group whose owner's process number was given to a new process is left alone
+    (never another grader's live group). Returns the names removed."""
+    v2 = _v2()
+    roots = [v2] if v2 is not None else [r for r in (_v1(c) for c in ("memory", "pids", *OPTIONAL_V1)) if r]
+    names = {p.name for root in roots for p in root.glob("genlab-*")
+             if (m := _OWNED.match(p.name)) and not _alive(int(m.group(1)))}
+    for name in sorted(names):
+        if v2 is not None:      # one folder holds every controller
+            dirs = dict.fromkeys(("memory", "pids", "cpuacct", "freezer"), v2 / name)
+        else:
+            dirs = {c: _v1(c) / name for c in ("memory", "pids", *OPTIONAL_V1)
+                    if _v1(c) is not None and (_v1(c) / name).is_dir()}
+        try:
+            Cgroup(dirs, 0, 0).remove()
+        except OSError:
+            pass
+    return sorted(names)
 
 
 def _wait(done, wait_s: float) -> bool:
