@@ -80,7 +80,7 @@ class Cgroup:
             sweep_orphans()
         # The grading process that owns it is in the name: a grader killed outright (SIGKILL, a Slurm task
         # cancelled, the machine's OOM killer) cleans nothing up, and the next grader removes what it left.
-        name = f"genlab-{owner or os.getpid()}-{uuid.uuid4().hex[:12]}"
+        name = f"genlab-{_pid_namespace()}-{owner or os.getpid()}-{uuid.uuid4().hex[:12]}"
         v2 = _v2()
         if v2 is not None:
             folder = v2 / name
@@ -191,8 +191,17 @@ class Cgroup:
 
 
 # -- what a grader killed outright left behind ---------------------------------------------------------------
-_OWNED = re.compile(r"^genlab-(\d+)-[0-9a-f]{12}$")
+_OWNED = re.compile(r"^genlab-(\d+)-(\d+)-[0-9a-f]{12}$")
 _swept = False
+
+
+def _pid_namespace() -> int:
+    """The number of this process's PID namespace: a process number means something only inside it (two graders
+    in two containers can share the cgroup tree and the numbers)."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
 
 
 def _alive(pid: int) -> bool:
@@ -209,12 +218,13 @@ def sweep_orphans() -> list[str]:
     """Removes the groups whose grading process is gone, with what still runs in them: a kernel the grader
     had frozen while it timed the reference stays frozen for ever otherwise (a frozen process cannot even
     die of SIGKILL until it is thawed: :meth:`Cgroup.kill_all` thaws first). Runs once per grading process,
-    before its first group. A group whose owner's process number was given to a new process is left alone
-    (never another grader's live group). Returns the names removed."""
+    before its first group. Only groups made in this PID namespace are looked at, and one whose owner's process
+    number was given to a new process is left alone (never another grader's live group). Returns the names
+    removed."""
     v2 = _v2()
     roots = [v2] if v2 is not None else [r for r in (_v1(c) for c in ("memory", "pids", *OPTIONAL_V1)) if r]
     names = {p.name for root in roots for p in root.glob("genlab-*")
-             if (m := _OWNED.match(p.name)) and not _alive(int(m.group(1)))}
+             if (m := _OWNED.match(p.name)) and int(m.group(1)) == _pid_namespace() and not _alive(int(m.group(2)))}
     for name in sorted(names):
         if v2 is not None:      # one folder holds every controller
             dirs = dict.fromkeys(("memory", "pids", "cpuacct", "freezer"), v2 / name)
