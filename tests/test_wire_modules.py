@@ -114,6 +114,26 @@ def test_the_digit_feature_network_crosses_with_its_batchnorm_statistics(tmp_pat
     assert torch.equal(got(x), net(x))
 
 
+def test_lab6s_step_functions_cross_as_their_settings(tmp_path):
+    """Lab 6's overfit_one_batch(model, batch, step_fn) is tested with step functions that are genlab modules:
+    AdamStep (a real Adam step) and LossScript (scripted losses, NaN and infinity included) arrive with their
+    settings and a fresh state, and AdamStep trains the model the test sent."""
+    from genlab.models import AdamStep, LossScript
+
+    step, script = _round_trip([AdamStep(lr=0.05, loss="ce"), LossScript(start=float("inf"), ratio=0.25,
+                                                                          nan_at=2, as_tensor=True)], tmp_path)
+    assert type(step) is AdamStep and step.config == {"lr": 0.05, "loss": "ce"}
+    assert type(script) is LossScript and script.calls == 0
+    assert [float(script(None, None)) for _ in range(3)][:1] == [float("inf")] and script.calls == 3
+    assert float(_round_trip(LossScript(start=3.0, ratio=0.5), tmp_path)(None, None)) == 3.0
+    torch.manual_seed(0)
+    model, x, y = nn.Linear(4, 3), torch.randn(6, 4), torch.randint(0, 3, (6,))
+    first, second = float(step(model, (x, y))), float(step(model, (x, y)))
+    assert second < first
+    with pytest.raises(ValueError, match="'mse' or 'ce'"):
+        AdamStep(loss="l1")
+
+
 def test_a_mode_the_kernel_switched_comes_back_to_the_callers_module(tmp_path):
     """model.eval() inside a student's function is seen by the test, as it would be in the notebook."""
     model = nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.5))

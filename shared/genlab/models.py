@@ -14,7 +14,8 @@ from torch import nn
 
 from genlab.features import DigitFeatureNet
 
-__all__ = ["time_features", "TinyDenoiser", "ConditionalTinyDenoiser", "OracleDenoiser", "PrefixLM", "WIRE_MODELS"]
+__all__ = ["time_features", "TinyDenoiser", "ConditionalTinyDenoiser", "OracleDenoiser", "PrefixLM", "AdamStep",
+           "LossScript", "WIRE_MODELS"]
 
 
 def time_features(t: torch.Tensor, dim: int, max_period: float = 10_000.0) -> torch.Tensor:
@@ -135,6 +136,52 @@ class PrefixLM(nn.Module):
         return self._logits(running, positions), (running[:, -1], count + ids.shape[1])
 
 
+class AdamStep(nn.Module):
+    """One Adam step on one batch, as a module a test can send (Lab 6's ``overfit_one_batch(model, batch, step)``).
+
+    ``step(model, (x, y))`` computes the loss of ``model(x)`` against ``y`` (``loss="mse"``: the mean squared error;
+    ``"ce"``: the cross-entropy against integer labels), takes one step of an Adam optimizer at learning rate ``lr``
+    (built on the model's parameters at the first call for that model) and returns the loss before the step, a
+    detached 0-d tensor (the caller turns it into a float).
+    """
+
+    def __init__(self, lr: float = 0.01, loss: str = "mse"):
+        super().__init__()
+        if loss not in ("mse", "ce"):
+            raise ValueError(f"loss must be 'mse' or 'ce', got {loss!r}")
+        self.config = {"lr": float(lr), "loss": loss}
+        self._optimizers: dict = {}   # id(model) -> (model, its optimizer): the model kept, so the id stays its own
+
+    def forward(self, model: nn.Module, batch) -> torch.Tensor:
+        if id(model) not in self._optimizers:
+            self._optimizers[id(model)] = (model, torch.optim.Adam(model.parameters(), lr=self.config["lr"]))
+        optimizer = self._optimizers[id(model)][1]
+        x, y = batch
+        out = model(x)
+        loss = nn.functional.mse_loss(out, y) if self.config["loss"] == "mse" else nn.functional.cross_entropy(out, y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+
+class LossScript(nn.Module):
+    """A step that trains nothing and reports scripted losses: call k (from 0) returns ``start * ratio**k``, NaN
+    from call ``nan_at`` on (never when it is negative), as a Python float or, with ``as_tensor``, a 0-d tensor.
+    A test of ``overfit_one_batch`` knows with it exactly which call reaches the target."""
+
+    def __init__(self, start: float = 1.0, ratio: float = 0.5, nan_at: int = -1, as_tensor: bool = False):
+        super().__init__()
+        self.config = {"start": float(start), "ratio": float(ratio), "nan_at": int(nan_at), "as_tensor": bool(as_tensor)}
+        self.calls = 0
+
+    def forward(self, model: nn.Module, batch):
+        k, self.calls = self.calls, self.calls + 1
+        c = self.config
+        value = math.nan if 0 <= c["nan_at"] <= k else c["start"] * c["ratio"] ** k
+        return torch.tensor(value, dtype=torch.float64) if c["as_tensor"] else value
+
+
 # The classes the test wire may rebuild in a student's kernel (name -> class); Lab 5's feature network included.
 WIRE_MODELS = {cls.__name__: cls for cls in (TinyDenoiser, ConditionalTinyDenoiser, OracleDenoiser, PrefixLM,
-                                             DigitFeatureNet)}
+                                             DigitFeatureNet, AdamStep, LossScript)}

@@ -34,7 +34,8 @@ SAMPLES: dict[str, dict] = {
     # -- correct alternatives: full marks ---------------------------------------------------------------
     # torch.linalg.vector_norm over the concatenated gradients; hooks registered with module.apply and names bound
     # in closures, isnan | isinf, gradients left on; numpy's median (the mean of the two middle values); a set of
-    # data pointers with the storages kept in a dict; run A fixed with zero_grad(set_to_none=False); a tuple
+    # data pointers with the storages kept in a dict; run A fixed with zero_grad(set_to_none=False); a tuple;
+    # overfit_one_batch with a while loop and .item(); profile_step with torch.profiler.profile
     "lab6_variant_instruments": {"expect": {"full": True}, "cells": {
         "grad_norms_by_module":
         "def grad_norms_by_module(model):\n"
@@ -101,6 +102,30 @@ SAMPLES: dict[str, dict] = {
         "causes_of_run_a":
         "def causes_of_run_a():\n"
         "    return ('params_missing_from_optimizer', 'detached_tensor')\n",
+        # a while loop, the losses turned into floats with .item() (a step_fn may return a float: as_tensor first)
+        "overfit_one_batch":
+        "def overfit_one_batch(model, batch, step_fn, max_steps=300, rtol=0.01):\n"
+        "    losses = []\n"
+        "    reached = False\n"
+        "    while len(losses) < max_steps:\n"
+        "        loss = torch.as_tensor(step_fn(model, batch)).item()\n"
+        "        losses.append(loss)\n"
+        "        if math.isnan(loss) or math.isinf(loss):\n"
+        "            break\n"
+        "        if loss <= losses[0] * rtol:\n"
+        "            reached = True\n"
+        "            break\n"
+        "    return dict(losses=losses, steps=len(losses), reached=reached)\n",
+        # torch.profiler.profile (its first start imports torch._inductor), sorted with sorted() and a tuple key
+        "profile_step":
+        "def profile_step(fn, *args, top=5):\n"
+        "    from torch.profiler import ProfilerActivity, profile\n"
+        "    fn(*args)\n"
+        "    with profile(activities=[ProfilerActivity.CPU]) as prof:\n"
+        "        fn(*args)\n"
+        "    rows = sorted(((e.key, float(e.self_cpu_time_total)) for e in prof.key_averages()),\n"
+        "                  key=lambda r: (-r[1], r[0]))\n"
+        "    return rows[:top]\n",
     }},
     # -- bugs the tests catch that the catalogue does not name --------------------------------------------
     # the detach removed, the optimizer still built on the decoder alone: one of run A's two causes left
@@ -122,6 +147,51 @@ SAMPLES: dict[str, dict] = {
         "    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):\n"
         "        fn(*args)\n"
         "    return sum(sizes)\n",
+    }},
+    # `while loss > target`: a NaN (or an infinite first loss) compares False, and the loop leaves as if it had arrived
+    "lab6_bug_overfit_nan_reached": {"expect": {"failed_tests": ["overfit_one_batch_value"]}, "cells": {
+        "overfit_one_batch":
+        "def overfit_one_batch(model, batch, step_fn, max_steps=300, rtol=0.01):\n"
+        "    if max_steps == 0:\n"
+        "        return {'reached': False, 'steps': 0, 'losses': []}\n"
+        "    losses = [float(step_fn(model, batch))]\n"
+        "    target = rtol * losses[0]\n"
+        "    while losses[-1] > target and len(losses) < max_steps:\n"
+        "        losses.append(float(step_fn(model, batch)))\n"
+        "    return {'reached': not losses[-1] > target, 'steps': len(losses), 'losses': losses}\n",
+    }},
+    # "near zero" read as an absolute tolerance: loss <= rtol, whatever the loss's scale
+    "lab6_bug_overfit_absolute": {"expect": {"failed_tests": ["overfit_one_batch_value", "overfit_one_batch_train"]},
+                                  "cells": {
+        "overfit_one_batch":
+        "def overfit_one_batch(model, batch, step_fn, max_steps=300, rtol=0.01):\n"
+        "    losses = []\n"
+        "    for _ in range(max_steps):\n"
+        "        losses.append(float(step_fn(model, batch)))\n"
+        "        if not math.isfinite(losses[-1]) or losses[-1] <= rtol:\n"
+        "            break\n"
+        "    reached = bool(losses) and math.isfinite(losses[-1]) and losses[-1] <= rtol\n"
+        "    return {'reached': reached, 'steps': len(losses), 'losses': losses}\n",
+    }},
+    # sorted by total CPU time (the profiler table's default column, CPU total): wrappers like aten::linear on top
+    "lab6_bug_profile_total_time": {"expect": {"failed_tests": ["profile_step_value"]}, "cells": {
+        "profile_step":
+        "def profile_step(fn, *args, top=5):\n"
+        "    with torch.autograd.profiler.profile() as prof:\n"
+        "        fn(*args)\n"
+        "    rows = [(e.key, float(e.cpu_time_total)) for e in prof.key_averages()]\n"
+        "    rows.sort(key=lambda row: (-row[1], row[0]))\n"
+        "    return rows[:top]\n",
+    }},
+    # milliseconds, as the profiler's table prints them, where the text asks for microseconds
+    "lab6_bug_profile_milliseconds": {"expect": {"failed_tests": ["profile_step_value"]}, "cells": {
+        "profile_step":
+        "def profile_step(fn, *args, top=5):\n"
+        "    with torch.autograd.profiler.profile() as prof:\n"
+        "        fn(*args)\n"
+        "    rows = [(e.key, e.self_cpu_time_total / 1000) for e in prof.key_averages()]\n"
+        "    rows.sort(key=lambda row: (-row[1], row[0]))\n"
+        "    return rows[:top]\n",
     }},
 }
 

@@ -239,6 +239,7 @@ _MODULES = {cls.__name__: cls for cls in (
 # ConditionalTinyDenoiser.
 # Lab 3's generate(model, ...) with a KV cache is tested with PrefixLM (it has a decode method).
 # Lab 5's extract_features(model, ...) with DigitFeatureNet (BatchNorm: its mode changes its outputs).
+# Lab 6's overfit_one_batch(model, batch, step_fn) with AdamStep and LossScript as step_fn (a module is callable).
 _MODULES.update(_genlab_models.WIRE_MODELS)
 
 # The constructor arguments of each class, read back from the instance (all ints, floats, bools or str).
@@ -261,6 +262,8 @@ _INIT_ARGS = {
     "TinyDenoiser": lambda m: {k: int(v) for k, v in m.config.items()},
     "ConditionalTinyDenoiser": lambda m: {k: int(v) for k, v in m.config.items()},
     "PrefixLM": lambda m: {k: int(v) for k, v in m.config.items()},
+    "AdamStep": lambda m: dict(m.config),     # Lab 6's overfit_one_batch: a learning rate and a loss's name
+    "LossScript": lambda m: dict(m.config),
 }
 
 
