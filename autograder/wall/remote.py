@@ -259,13 +259,47 @@ def _verify_gradient(session, recorder, name: str, target: dict, args, kwargs, g
 
         raise CheckFailed(problem)
     pending.append(student_text(problem, 2000))
+def _zygote(session):
+    """The measuring processes of the session's lab (autograder.wall.measure.Zygote), or None where the grader
+    has none (a session made by a test of this module, or a zygote that could not start)."""
+    measurer = getattr(session, "measurer", None)
+    return measurer() if callable(measurer) else None
+
+
+def _paused(session):
+    """The student's kernel frozen for the block (KernelSession.paused), where it can be."""
+    import contextlib
+
+    paused = getattr(session, "paused", None)
+    return paused() if callable(paused) else contextlib.nullcontext()
 
 
 def _measured_peak(session, target: dict, args, kwargs, extra: dict):
-    """A memory measurement in four requests: the inputs, decoded and kept by the kernel (so that decoding is
-    in no figure); genlab's count of one call (a dispatch mode in the kernel); and two plain calls, through
-    the same path as every other call and with no mode a function could notice, whose memory the OS counts.
-    Returns the count's request and answer, and the OS's figure (None where there is none)."""
+    """A memory measurement. Of a top-level function, where the grader has measuring processes: in a fresh
+    process (autograder.wall.measure.peak_memory), which runs the notebook's cells and then genlab's count of
+    one call and a plain call on inputs of its own; the OS counts its peak over its whole life, the plain
+    call's answer is checked against the reference's. Returns the count's request and answer, and the OS's
+    figure (None where there is none).
+
+    Otherwise (an object the student's code returned, which lives only in the kernel), in four requests to the
+    kernel: the inputs, decoded and kept by the kernel (so that decoding is in no figure); genlab's count of
+    one call (a dispatch mode in the kernel); and two plain calls, through the same path as every other call
+    and with no mode a function could notice, whose memory the OS counts."""
+    zygote = _zygote(session) if "target" in target else None
+    if zygote is not None:
+        from autograder.wall import measure
+
+        name = target["target"]
+        with _paused(session):
+            count, os_peak = measure.peak_memory(
+                zygote, name, args, kwargs, cells=list(getattr(session, "measured_cells", ())),
+                reference=getattr(zygote.reference, name, None),
+                reference_cells=getattr(session, "reference_cells", None) or zygote.reference_cells,
+                activations=tuple(target.get("activations", ())), timeout_s=session.limits.test_timeout_s)
+        if type(count) is not int or count < 0:   # the count was forged: the OS's figure stands
+            count = os_peak if os_peak is not None else count
+        header, encoder = _header("peak_memory", target, (), {}, **extra)
+        return header, encoder, {"ok": True, "result": count if type(count) is int else None}, {}, os_peak
     reply, _ = session.request(*_header("stage", target, args, kwargs))
     if not reply["ok"]:
         err = reply["error"]
@@ -351,6 +385,25 @@ class RemoteFunction:
         """
         from genlab.checks.timing import TimingResult, clearly_below
 
+        zygote = _zygote(self._session)
+        if zygote is not None:   # fresh processes, side by side, measured from outside (autograder.wall.measure)
+            from autograder.wall import measure
+
+            options = dict(kwargs)
+            rounds = int(options.pop("rounds", 2))
+            options.pop("min_run_time", None)
+            clear_below = options.pop("clear_below", None)
+            reference = getattr(reference, "__wrapped__", reference)
+            # The student's kernel is frozen meanwhile: nothing it left running competes with either process.
+            with _paused(self._session):
+                result = measure.time_ratio(
+                    zygote, self.__name__, reference, getattr(reference, "__name__", self.__name__), args, options,
+                    cells=list(getattr(self._session, "measured_cells", ())),
+                    reference_cells=getattr(self._session, "reference_cells", None) or zygote.reference_cells,
+                    activations=self._activations, rounds=max(1, min(rounds, 2)), clear_below=clear_below,
+                    timeout_s=self._session.limits.test_timeout_s)
+            self._recorder.calls.append(Call("time_ratio", self.__name__, (), {}, result))
+            return result
         if self._reference_session is None:
             raise RuntimeError("no reference kernel to time against")
         kwargs = dict(kwargs)
