@@ -77,6 +77,21 @@ class Baseline:
     cpu_s: float
     wall_s: float
     peak_bytes: int | None
+    laps: tuple = ()   # each run's (cpu_s, wall_s), for the evidence
+
+
+@dataclass(frozen=True)
+class EncodedInputs:
+    """A timed job's inputs, encoded once for every process that receives them (baseline, student, reference)."""
+    text: bytes
+    blob: bytes
+
+
+def encode_inputs(inputs: list, activations: tuple = ()) -> EncodedInputs:
+    encoder = wire.Encoder()
+    header = {"kind": "inputs", "copies": encoder.encode([[tuple(a), dict(k)] for a, k in inputs]),
+              "activations": list(activations)}
+    return EncodedInputs(*wire.pack_parts(header, encoder.tensors))
 
 
 @dataclass
@@ -98,6 +113,7 @@ class Zygote:
     started_cpu_s: float = 0.0   # the zygote's own start (imports, setup), for the cost figures
     reference: object = None     # the lab's reference (genlab.testing.reference.Reference), for the answers
     reference_cells: list[str] = field(default_factory=list)   # what a reference process runs: setup, solutions
+    timing_baselines: dict = field(default_factory=dict)   # (function, calls, input bytes) -> Baseline
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     def start(self) -> "Zygote":
@@ -204,13 +220,12 @@ class Zygote:
                 if pages:
                     witness = witnesses(group, pid)
                 start = time.perf_counter()
-                header, blobs = {"kind": "go"}, {}
-                if inputs is not None:
-                    encoder = wire.Encoder()
-                    header = {"kind": "inputs", "copies": encoder.encode([[tuple(a), dict(k)] for a, k in inputs]),
-                              "activations": list(activations)}
-                    blobs = encoder.tensors
-                self.channel.send(request_id, header, blobs, deadline=deadline)
+                if inputs is None:
+                    self.channel.send(request_id, {"kind": "go"}, {}, deadline=deadline)
+                else:
+                    if not isinstance(inputs, EncodedInputs):
+                        inputs = encode_inputs(inputs, activations)
+                    self.channel.send_encoded(request_id, inputs.text, inputs.blob, deadline=deadline)
                 reply, tensors = self._receive(request_id, max(0.1, deadline - time.monotonic()))
             if "done" in reply:   # the zygote's report came first: the process ended without an answer
                 done = reply
@@ -295,6 +310,19 @@ class Zygote:
                         os.kill(int(entry.name), signal.SIGKILL)
                     except ProcessLookupError:
                         pass
+
+    def timing_baseline(self, key: tuple, inputs: "EncodedInputs", timeout_s: float, runs: int = 3) -> Baseline:
+        """What receiving and decoding a timed job's inputs after the mark costs a process that runs none of the
+        student's code: the median of ``runs`` processes, measured once per function, number of calls and input
+        size in this zygote (every notebook's timing test of that function sends inputs of that size), so that
+        one process slowed by the machine moves neither the figure nor what it costs per notebook."""
+        if key not in self.timing_baselines:
+            laps = [self.run({"kind": "baseline", "cells": [self.setup_source]}, timeout_s, inputs=inputs)
+                    for _ in range(runs)]
+            self.timing_baselines[key] = Baseline(statistics.median(m.cpu_s for m in laps),
+                                                  statistics.median(m.wall_s for m in laps), None,
+                                                  tuple((round(m.cpu_s, 4), round(m.wall_s, 4)) for m in laps))
+        return self.timing_baselines[key]
 
     def measure_baseline(self, runs: int = 3) -> Baseline:
         """A process that runs none of the student's code, measured as a student's is: the median of ``runs``.
@@ -434,6 +462,25 @@ def timed_copies(args, kwargs, n: int) -> list:
 
 
 # -- the reference's answers -------------------------------------------------------------------------------------
+def one_thread():
+    """One torch thread in the grader for the block: its comparisons and copies are of a few hundred KiB each,
+    where a pool's waiting threads on a busy machine cost more than the work (comparing Lab 1's 85 timed
+    answers took 1.12 s of CPU with two threads, 0.07 s with one)."""
+    import contextlib
+
+    import torch
+
+    @contextlib.contextmanager
+    def keep():
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(threads)
+    return keep()
+
+
 def _quiet_rng():
     """The grader's random generators as they were, after the block (the test's own draws are not moved), and
     one thread meanwhile: the reference's answers are computed here, beside other workers and kernels, where
@@ -602,26 +649,27 @@ def time_ratio(zygote: Zygote, name: str, reference, reference_name: str, args, 
     from genlab.checks.timing import TimingResult
 
     default_dtype = wire.default_dtype_name()
-    n = calibrate(reference, args, kwargs, default_dtype)
-    copies = timed_copies(args, kwargs, n)
-    expected, deterministic = reference_answers(reference, copies, default_dtype)
+    with one_thread():
+        n = calibrate(reference, args, kwargs, default_dtype)
+        copies = timed_copies(args, kwargs, n)
+        expected, deterministic = reference_answers(reference, copies, default_dtype)
+        sent = encode_inputs(copies, activations)   # once, for every process below
     zygote.stage([])   # nothing staged: the inputs reach each process only after its ready mark
     job = {"kind": "time", "default_dtype": default_dtype}
-    # What receiving and decoding the inputs after the mark costs a process that runs none of the student's code.
-    base = zygote.run({"kind": "baseline", "cells": [zygote.setup_source]}, timeout_s, inputs=copies,
-                      activations=activations)
+    base = zygote.timing_baseline((reference_name, n, input_bytes(args, kwargs), tuple(activations)), sent,
+                                  timeout_s)
     student, ref = [], []
     for _ in range(rounds):
-        s = zygote.run({**job, "target": name, "cells": cells}, timeout_s, inputs=copies, activations=activations)
+        s = zygote.run({**job, "target": name, "cells": cells}, timeout_s, inputs=sent)
         answers = _decoded(s)
         if not isinstance(answers, list) or len(answers) != n:
             raise wrong_answer(name, "the process did not return one answer per call", 0, n, "timed loop")
-        for k, (got, want) in enumerate(zip(answers, expected)):
-            why = compare_answers(got, want, values=deterministic)
-            if why:
-                raise wrong_answer(name, why, k, n, "timed loop")
-        r = zygote.run({**job, "target": reference_name, "cells": reference_cells}, timeout_s, inputs=copies,
-                       activations=activations)
+        with one_thread():
+            for k, (got, want) in enumerate(zip(answers, expected)):
+                why = compare_answers(got, want, values=deterministic)
+                if why:
+                    raise wrong_answer(name, why, k, n, "timed loop")
+        r = zygote.run({**job, "target": reference_name, "cells": reference_cells}, timeout_s, inputs=sent)
         _decoded(r)
         student.append(s)
         ref.append(r)
@@ -631,8 +679,8 @@ def time_ratio(zygote: Zygote, name: str, reference, reference_name: str, args, 
             break
     s_wall = max(min(m.wall_s for m in student) - base.wall_s, 1e-6)
     r_wall = max(min(m.wall_s for m in ref) - base.wall_s, 1e-6)
-    s_cpu = max(min(m.cpu_s for m in student) - base.cpu_s, 1e-6)
-    r_cpu = max(min(m.cpu_s for m in ref) - base.cpu_s, 1e-6)
+    s_cpu = _net(min(m.cpu_s for m in student), base.cpu_s)
+    r_cpu = _net(min(m.cpu_s for m in ref), base.cpu_s)
     return TimingResult(ratio=verdict_ratio(cpu, wall, s_wall - r_wall), student_median_s=s_cpu / n,
                         reference_median_s=r_cpu / n, rounds=len(student), wall_ratio=wall, cpu_ratio=cpu)
 
@@ -648,23 +696,53 @@ def verdict_ratio(cpu: float, wall: float, wall_excess_s: float) -> float:
     return max(cpu, wall) if wall_excess_s > WAITING_S else cpu
 
 
+def _net(raw_s: float, baseline_s: float) -> float:
+    """A process's figure less the baseline's, but at least half its raw figure (see :func:`_ratio`)."""
+    return max(raw_s - baseline_s, raw_s / 2, 1e-6)
+
+
 def _ratio(student_s: float, reference_s: float, baseline_s: float) -> float:
-    return max(student_s - baseline_s, 1e-6) / max(reference_s - baseline_s, 1e-6)
+    """Student over reference, each less the baseline's figure, each at least half its own raw figure. Where the
+    calls are a small part of a process (Lab 1's reparameterize: about 10 ms of calls beside 60 ms of receiving
+    their inputs after the mark), a baseline read high on a busy machine took nearly all of the reference's
+    figure, and a fresh-clone CI run read 959x when the difference fell to a floor of 1e-6 s. With half the raw
+    figure as the floor on both sides, the ratio is within a factor of two of the raw ratio of the two processes
+    whatever the baseline reads, and two processes doing the same work read about 1. The floor on the
+    student's side only binds where the student's process is under twice the baseline, which, the reference's
+    side being at least half its own process, reads under twice the raw ratio: it can raise a ratio, never
+    past a verdict's 5x, for a process that cheap. The baseline is the grader's process, running none of the
+    student's code: a student cannot move it; the floor is there for the machine's noise. The price: where the
+    calls cost less than receiving their inputs, a slower function reads nearer 1 than its calls' own ratio."""
+    return _net(student_s, baseline_s) / _net(reference_s, baseline_s)
+
+
+SUSPECT_SLACK_BYTES = 8 * 2**20   # a figure over the count by more than this and an eighth is measured again
 
 
 def peak_memory(zygote: Zygote, name: str, args, kwargs, *, cells: list[str], reference=None,
                 reference_cells: list[str] | None = None, activations: tuple = (),
-                timeout_s: float = 60.0) -> tuple[object, int | None]:
+                timeout_s: float = 60.0, parts: dict | None = None) -> tuple[object, int | None]:
     """genlab's count of one call, taken in a fresh process, and the most memory the OS charged that process
     over its whole life beyond the baseline's (None where it cannot be read). The plain call's answer is
-    checked against ``reference``'s on the same input."""
+    checked against ``reference``'s on the same input.
+
+    The figure is the process's peak, less what it held untouched from the ready mark to its end (the witness's
+    credit, :func:`held_bytes`), less the baseline's, less what the reference's own process spent on the same
+    inputs beyond its count (a first call's library memory). Either reading can miss on a busy machine (a CI
+    run under a load of 10 to 27 read 14.8 MB for a correct Lab 5 function counted at 1.75 MB): where the credit
+    reads 0 (an honest process always holds some of its own heap from before the mark) or the figure is over
+    the count by more than :data:`SUSPECT_SLACK_BYTES` and an eighth, the student's process is measured once
+    more, and the smaller figure stands; a reference process that gave no count is run once more. Each try
+    measures the whole function again, so a figure it holds or touches is in both. ``parts`` (a dict) receives
+    what the figure was made of, for the test's message."""
     default_dtype = wire.default_dtype_name()
-    copies = timed_copies(args, kwargs, 2)
+    with one_thread():
+        copies = timed_copies(args, kwargs, 2)
     zygote.measure_baseline()
     base = zygote.baseline
     zygote.stage(copies, activations)
-    m = zygote.run({"kind": "memory", "target": name, "cells": cells, "default_dtype": default_dtype},
-                   timeout_s, pages=True)
+    job = {"kind": "memory", "target": name, "cells": cells, "default_dtype": default_dtype}
+    m = zygote.run(job, timeout_s, pages=True)
     if m.oom_killed:
         raise wire.student_error("MemoryError", f"{name} ran out of memory in the measured process: the limit is "
                                  f"{zygote.cgroup_limits[0] / 2**30:g} GiB")
@@ -672,20 +750,46 @@ def peak_memory(zygote: Zygote, name: str, args, kwargs, *, cells: list[str], re
     if not isinstance(answer, dict) or set(answer) != {"count", "output"}:
         raise wire.student_error("ValueError", "the measured process's answer is not the measuring code's")
     if reference is not None:
-        expected, deterministic = reference_answers(reference, copies[1:], default_dtype)
-        why = compare_answers(answer["output"], expected[0], values=deterministic)
+        with one_thread():
+            expected, deterministic = reference_answers(reference, copies[1:], default_dtype)
+            why = compare_answers(answer["output"], expected[0], values=deterministic)
         if why:
             raise wrong_answer(name, why, 0, 1, "memory-watched call")
-    os_bytes = None
-    if m.peak_bytes is not None and base.peak_bytes is not None:
-        os_bytes = max(0, m.peak_bytes - m.held_bytes - base.peak_bytes)
-        if reference is not None and reference_cells:
-            # What a first call costs in a fresh process beyond genlab's count (libraries initialised for these
-            # shapes: Lab 3's tiled_attention, 18 MB by the OS over a count of a few): the reference's own process
-            # on the same inputs says how much, and that much is not the student's.
-            r = zygote.run({"kind": "memory", "target": getattr(reference, "__name__", name),
-                            "cells": reference_cells, "default_dtype": default_dtype}, timeout_s, pages=True)
+    count = answer["count"]
+    if m.peak_bytes is None or base.peak_bytes is None:
+        return count, None
+    correction, reference_laps = 0, []
+    if reference is not None and reference_cells:
+        # What a first call costs in a fresh process beyond genlab's count (libraries initialised for these
+        # shapes: Lab 3's tiled_attention, 18 MB by the OS over a count of a few): the reference's own process
+        # on the same inputs says how much, and that much is not the student's.
+        for _ in range(2):
+            r = zygote.run({**job, "target": getattr(reference, "__name__", name), "cells": reference_cells},
+                           timeout_s, pages=True)
             counted = _decoded(r).get("count") if r.reply.get("ok") else None
             if type(counted) is int and r.peak_bytes is not None:
-                os_bytes = max(0, os_bytes - max(0, r.peak_bytes - r.held_bytes - base.peak_bytes - counted))
-    return answer["count"], os_bytes
+                correction = max(0, r.peak_bytes - r.held_bytes - base.peak_bytes - counted)
+                reference_laps.append((r.peak_bytes, r.held_bytes, counted))
+                break
+    tries = [m]
+    figure = lambda lap: max(0, lap.peak_bytes - lap.held_bytes - base.peak_bytes - correction)  # noqa: E731
+    if type(count) is int and count >= 0 and (
+            m.held_bytes == 0 or figure(m) > count + count // 8 + SUSPECT_SLACK_BYTES):
+        again = zygote.run(job, timeout_s, pages=True)
+        if again.reply.get("ok") and not again.oom_killed and again.peak_bytes is not None:
+            tries.append(again)
+    os_bytes = min(figure(lap) for lap in tries)
+    if parts is not None:
+        parts.update(count=count, os_bytes=os_bytes, baseline_bytes=base.peak_bytes, correction_bytes=correction,
+                     reference=reference_laps, tries=[(lap.peak_bytes, lap.held_bytes) for lap in tries])
+    return count, os_bytes
+
+
+def describe_parts(parts: dict) -> str:
+    """What a memory figure was made of, in words (:func:`peak_memory`'s ``parts``)."""
+    mib = lambda b: f"{b / 2**20:.2f} MiB"  # noqa: E731
+    tries = "; ".join(f"peak {mib(p)}, held untouched since the ready mark {mib(h)}" for p, h in parts["tries"])
+    return (f"the OS's figure {mib(parts['os_bytes'])} is the measured process's peak less what it held untouched "
+            f"since the ready mark, less the baseline's {mib(parts['baseline_bytes'])}, less "
+            f"{mib(parts['correction_bytes'])} that the reference's process spent beyond its count on the same "
+            f"inputs (the smallest of {len(parts['tries'])} tr{'ies' if len(parts['tries']) > 1 else 'y'}: {tries})")

@@ -72,6 +72,7 @@ class KeptRecorder(Recorder):
     pipeline.run_one_test, so that its own checks, and their messages, come first)."""
     kept: KeptCalls | None = None
     contradicted: list[str] = field(default_factory=list)
+    measured: list[str] = field(default_factory=list)   # what each OS memory figure that stood was made of
 
 
 def _keep(recorder: Recorder, call: Call) -> None:
@@ -178,7 +179,13 @@ def _request(session, recorder: Recorder, kind: str, name: str, args, kwargs, ta
         except Exception as exc:  # noqa: BLE001 - checked before, so only a forged answer gets here
             raise session.note_tampering(f"the kernel's answer could not be decoded ({type(exc).__name__})") from None
         if os_peak is not None:
-            call.result = verified_peak(call.result, os_peak)
+            counted = call.result
+            call.result = verified_peak(counted, os_peak)
+            parts = getattr(session, "memory_parts", None)
+            if parts and call.result is not counted and hasattr(recorder, "measured"):
+                from autograder.wall.measure import describe_parts
+
+                recorder.measured.append(f"{name}: {describe_parts(parts)}")
         if kind == "grad_of":
             _verify_gradient(session, recorder, name, target, args, kwargs, call.result, extra["seed"], reference)
         return call.result
@@ -285,17 +292,20 @@ def _measured_peak(session, target: dict, args, kwargs, extra: dict):
     kernel: the inputs, decoded and kept by the kernel (so that decoding is in no figure); genlab's count of
     one call (a dispatch mode in the kernel); and two plain calls, through the same path as every other call
     and with no mode a function could notice, whose memory the OS counts."""
+    session.memory_parts = None
     zygote = _zygote(session) if "target" in target else None
     if zygote is not None:
         from autograder.wall import measure
 
         name = target["target"]
+        session.memory_parts = parts = {}
         with _paused(session):
             count, os_peak = measure.peak_memory(
                 zygote, name, args, kwargs, cells=list(getattr(session, "measured_cells", ())),
                 reference=getattr(zygote.reference, name, None),
                 reference_cells=getattr(session, "reference_cells", None) or zygote.reference_cells,
-                activations=tuple(target.get("activations", ())), timeout_s=session.limits.test_timeout_s)
+                activations=tuple(target.get("activations", ())), timeout_s=session.limits.test_timeout_s,
+                parts=parts)
         if type(count) is not int or count < 0:   # the count was forged: the OS's figure stands
             count = os_peak if os_peak is not None else count
         header, encoder = _header("peak_memory", target, (), {}, **extra)
