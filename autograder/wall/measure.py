@@ -16,7 +16,8 @@ lines existed in it:
   a helper process: all of it is in the figure. Where the machine has no cgroups the zygote reports ``wait4``'s
   figures for the process (CPU time, and peak resident memory, which includes what it inherited);
 - a *baseline*, the same kind of process running none of the student's code, is measured the same way (three
-  times, the median) and subtracted: a trusted figure, never one from the student's process;
+  times, the median) and taken out: a trusted figure, never one from the student's process; for time, at most
+  its decoding of the inputs, from a process's own decoding window (between its two marks, :func:`counted`);
 - the reference gets the same kind of process, side by side, for the time ratio;
 - every answer of a timed or watched call comes back and is compared with the reference's answer on the same
   input (:func:`compare_answers`): a fast wrong answer fails. Each timed call gets inputs of its own, scaled by
@@ -70,6 +71,8 @@ class Measured:
     oom_killed: bool = False
     status: int = 0
     held_bytes: int = 0   # memory held from the ready mark to the end and never written (held_bytes)
+    window_cpu_s: float = 0.0    # from the ready mark to the second mark (the inputs decoded); 0 without it
+    window_wall_s: float = 0.0
 
 
 @dataclass
@@ -78,6 +81,8 @@ class Baseline:
     wall_s: float
     peak_bytes: int | None
     laps: tuple = ()   # each run's (cpu_s, wall_s), for the evidence
+    window_cpu_s: float = 0.0    # a timed baseline's: decoding the inputs, from the ready mark to the second mark
+    window_wall_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -208,6 +213,7 @@ class Zygote:
         start = time.perf_counter()
         answer, done, tensors, timed_out = None, None, {}, False
         cpu_mark, marked, witness = 0.0, False, []
+        window_cpu = window_wall = 0.0
         pages = pages and group is not None
         try:
             self.channel.send(request_id, {**job, "mark": True, "hold": group is not None, "witness": pages}, {},
@@ -227,6 +233,12 @@ class Zygote:
                         inputs = encode_inputs(inputs, activations)
                     self.channel.send_encoded(request_id, inputs.text, inputs.blob, deadline=deadline)
                 reply, tensors = self._receive(request_id, max(0.1, deadline - time.monotonic()))
+                if inputs is not None and reply.get("decoded") is True and "done" not in reply:
+                    # The second mark: the inputs are decoded (counted_cpu takes off at most a baseline's share).
+                    window_cpu = self._cpu_now(group) - cpu_mark
+                    window_wall = time.perf_counter() - start
+                    self.channel.send(request_id, {"kind": "go"}, {}, deadline=deadline)
+                    reply, tensors = self._receive(request_id, max(0.1, deadline - time.monotonic()))
             if "done" in reply:   # the zygote's report came first: the process ended without an answer
                 done = reply
             else:
@@ -275,7 +287,8 @@ class Zygote:
                    f"exit status {os.WEXITSTATUS(status)}")
             answer = {"ok": False, "error": {"type": "MeasuredProcessDied", "traceback": "",
                                              "message": f"the measured process ended without an answer: {why}"}}
-        return Measured(answer, tensors, max(cpu, 0.0), wall, peak, oom, int(usage.get("status", 0)), held)
+        return Measured(answer, tensors, max(cpu, 0.0), wall, peak, oom, int(usage.get("status", 0)), held,
+                        max(window_cpu, 0.0), max(window_wall, 0.0))
 
     def _cpu_now(self, group) -> float:
         if group is not None:
@@ -321,7 +334,9 @@ class Zygote:
                     for _ in range(runs)]
             self.timing_baselines[key] = Baseline(statistics.median(m.cpu_s for m in laps),
                                                   statistics.median(m.wall_s for m in laps), None,
-                                                  tuple((round(m.cpu_s, 4), round(m.wall_s, 4)) for m in laps))
+                                                  tuple((round(m.cpu_s, 4), round(m.wall_s, 4)) for m in laps),
+                                                  statistics.median(m.window_cpu_s for m in laps),
+                                                  statistics.median(m.window_wall_s for m in laps))
         return self.timing_baselines[key]
 
     def measure_baseline(self, runs: int = 3) -> Baseline:
@@ -643,8 +658,9 @@ def time_ratio(zygote: Zygote, name: str, reference, reference_name: str, args, 
                reference_cells: list[str], activations: tuple = (), rounds: int = 2,
                clear_below: float | None = None, timeout_s: float = 60.0):
     """Student over reference, each in fresh processes on the same grader-drawn inputs, each counted from its
-    ready mark (its cells have run; the inputs come after it) to its answer: the larger of the CPU and the
-    wall-clock ratios, a baseline process's (the same inputs, no calls) taken out, each side's better of up to ``rounds`` processes
+    ready mark (its cells have run; the inputs come after it) to its answer, at most a baseline process's
+    decoding of the same inputs taken out (:func:`counted`): the CPU ratio (the clock's only where the student's
+    process waited), each side's better of up to ``rounds`` processes
     (a second pair only where the first is not clearly below ``clear_below``). Every timed answer is checked."""
     from genlab.checks.timing import TimingResult
 
@@ -673,14 +689,14 @@ def time_ratio(zygote: Zygote, name: str, reference, reference_name: str, args, 
         _decoded(r)
         student.append(s)
         ref.append(r)
-        cpu = _ratio(min(m.cpu_s for m in student), min(m.cpu_s for m in ref), base.cpu_s)
-        wall = _ratio(min(m.wall_s for m in student), min(m.wall_s for m in ref), base.wall_s)
+        cpu = _ratio(student, ref, base)
+        wall = _ratio(student, ref, base, clock=True)
         if clear_below is not None and max(cpu, wall) < clear_below:
             break
-    s_wall = max(min(m.wall_s for m in student) - base.wall_s, 1e-6)
-    r_wall = max(min(m.wall_s for m in ref) - base.wall_s, 1e-6)
-    s_cpu = _net(min(m.cpu_s for m in student), base.cpu_s)
-    r_cpu = _net(min(m.cpu_s for m in ref), base.cpu_s)
+    s_wall = min(counted(m, base, clock=True) for m in student)
+    r_wall = min(counted(m, base, clock=True) for m in ref)
+    s_cpu = min(counted(m, base) for m in student)
+    r_cpu = min(counted(m, base) for m in ref)
     return TimingResult(ratio=verdict_ratio(cpu, wall, s_wall - r_wall), student_median_s=s_cpu / n,
                         reference_median_s=r_cpu / n, rounds=len(student), wall_ratio=wall, cpu_ratio=cpu)
 
@@ -696,24 +712,25 @@ def verdict_ratio(cpu: float, wall: float, wall_excess_s: float) -> float:
     return max(cpu, wall) if wall_excess_s > WAITING_S else cpu
 
 
-def _net(raw_s: float, baseline_s: float) -> float:
-    """A process's figure less the baseline's, but at least half its raw figure (see :func:`_ratio`)."""
-    return max(raw_s - baseline_s, raw_s / 2, 1e-6)
+def counted(m: Measured, base: Baseline, clock: bool = False) -> float:
+    """A timed process's figure: from its ready mark to its answer, less the part of the window between its two
+    marks (its inputs received and decoded) that the baseline's window of the same inputs took, never more than
+    its own window. So the calls (after the second mark) are counted whole, with no baseline taken from them,
+    and so is whatever else the process did while its inputs were decoded (a thread of the cells working on
+    them), beyond the decoding itself. The marks are the process's word and need no trust: a process that says
+    the second mark early or never, or one that decodes slowly, is charged more, not less; it can at most be
+    let off the baseline's window, which a baseline process (the grader's, running none of the student's code)
+    measures. Before, the baseline's whole figure was taken off the process's: Lab 1's calls are about 10 ms of
+    a 70 ms process, and a baseline read high on a machine at a load average of 10 to 27 took all of the
+    reference's, which fell to the 1e-6 s floor (959x for bug_elbo_not_negated's correct reparameterize)."""
+    total, window = (m.wall_s, m.window_wall_s) if clock else (m.cpu_s, m.window_cpu_s)
+    off = min(window, base.window_wall_s if clock else base.window_cpu_s)
+    return max(total - off, 1e-6)
 
 
-def _ratio(student_s: float, reference_s: float, baseline_s: float) -> float:
-    """Student over reference, each less the baseline's figure, each at least half its own raw figure. Where the
-    calls are a small part of a process (Lab 1's reparameterize: about 10 ms of calls beside 60 ms of receiving
-    their inputs after the mark), a baseline read high on a busy machine took nearly all of the reference's
-    figure, and a fresh-clone CI run read 959x when the difference fell to a floor of 1e-6 s. With half the raw
-    figure as the floor on both sides, the ratio is within a factor of two of the raw ratio of the two processes
-    whatever the baseline reads, and two processes doing the same work read about 1. The floor on the
-    student's side only binds where the student's process is under twice the baseline, which, the reference's
-    side being at least half its own process, reads under twice the raw ratio: it can raise a ratio, never
-    past a verdict's 5x, for a process that cheap. The baseline is the grader's process, running none of the
-    student's code: a student cannot move it; the floor is there for the machine's noise. The price: where the
-    calls cost less than receiving their inputs, a slower function reads nearer 1 than its calls' own ratio."""
-    return _net(student_s, baseline_s) / _net(reference_s, baseline_s)
+def _ratio(student: list, ref: list, base: Baseline, clock: bool = False) -> float:
+    """Student over reference, each side's better process (:func:`counted`)."""
+    return min(counted(m, base, clock) for m in student) / min(counted(m, base, clock) for m in ref)
 
 
 SUSPECT_SLACK_BYTES = 8 * 2**20   # a figure over the count by more than this and an eighth is measured again
