@@ -119,6 +119,7 @@ class Zygote:
     reference: object = None     # the lab's reference (genlab.testing.reference.Reference), for the answers
     reference_cells: list[str] = field(default_factory=list)   # what a reference process runs: setup, solutions
     timing_baselines: dict = field(default_factory=dict)   # (function, calls, input bytes) -> Baseline
+    calls_per_process: dict = field(default_factory=dict)  # (function, input bytes) -> calls (calibrate)
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     def start(self) -> "Zygote":
@@ -665,14 +666,19 @@ def time_ratio(zygote: Zygote, name: str, reference, reference_name: str, args, 
     from genlab.checks.timing import TimingResult
 
     default_dtype = wire.default_dtype_name()
+    size = input_bytes(args, kwargs)
     with one_thread():
-        n = calibrate(reference, args, kwargs, default_dtype)
+        # Once per function and input size in this zygote, like the baseline: every notebook's test then has
+        # the same number of calls, and so the same baseline.
+        n = zygote.calls_per_process.get((reference_name, size))
+        if n is None:
+            n = zygote.calls_per_process[reference_name, size] = calibrate(reference, args, kwargs, default_dtype)
         copies = timed_copies(args, kwargs, n)
         expected, deterministic = reference_answers(reference, copies, default_dtype)
         sent = encode_inputs(copies, activations)   # once, for every process below
     zygote.stage([])   # nothing staged: the inputs reach each process only after its ready mark
     job = {"kind": "time", "default_dtype": default_dtype}
-    base = zygote.timing_baseline((reference_name, n, input_bytes(args, kwargs), tuple(activations)), sent,
+    base = zygote.timing_baseline((reference_name, n, size, tuple(activations)), sent,
                                   timeout_s)
     student, ref = [], []
     for _ in range(rounds):
