@@ -30,6 +30,7 @@ from autograder.grading import pipeline
 from autograder.course.feedback import write_outputs
 from autograder.course.gradebook import default_db_url
 from autograder.wall.kernel import KernelSession
+from autograder.wall.measure import Zygote
 from autograder.core.labs import LabFolder, lab_ids
 from autograder.core.limits import Limits
 from autograder.wall.policy import lab_policy
@@ -125,6 +126,22 @@ class Kernels:
     def reference(self) -> KernelSession:
         return self._start(reference=True)
 
+    def measurer(self, lab: "pipeline.Lab") -> Zygote:
+        """The lab's measuring processes (autograder.wall.measure): a zygote in the same sandbox as a kernel,
+        which has run the lab's setup cell and forks one fresh process per time or memory measurement."""
+        workdir = Path(tempfile.mkdtemp(prefix="m-", dir=self.run.scratch))
+        sandbox = self.run.sandbox
+        argv = None
+        if sandbox is not None:
+            prepare_workdir(workdir)
+            argv = (container.launcher(sandbox, workdir) if sandbox.mode == container.CONTAINER
+                    else launcher(sandbox, workdir))
+        limits = (sandbox.memory_bytes, sandbox.max_processes) if sandbox else (self.run.limits.memory_bytes, 64)
+        source = lab.source
+        return Zygote(workdir, self.run.limits, argv, limits, setup_source=source.setup_source,
+                      modules=lab.setup_modules, reference=lab.reference,
+                      reference_cells=[source.setup_source, *source.solutions.values()]).start()
+
     @property
     def background(self) -> ThreadPoolExecutor | None:
         """Where kernels start while a notebook is graded (None: everything starts when needed)."""
@@ -174,7 +191,11 @@ class Worker:
             lab = pipeline.Lab.load(self.run.root, lab_id)
             lab.import_test_modules()  # here, not inside a test's time limit
             # The reference kernel runs in the same sandbox, so both sides of a timing ratio pay the same costs.
-            self.labs[lab_id] = lab, pipeline.ReferenceKernel(lab, self.kernels.reference, self.kernels.background)
+            # Time and memory are measured on fresh processes (autograder.wall.measure); GENLAB_MEASURE_IN_KERNEL=1
+            # measures them in the kernels as before issue 39, only to compare the two (autograder/bench.py).
+            fresh = os.environ.get("GENLAB_MEASURE_IN_KERNEL") != "1"
+            self.labs[lab_id] = lab, pipeline.ReferenceKernel(lab, self.kernels.reference, self.kernels.background,
+                                                              start_measurer=self.kernels.measurer if fresh else None)
         self.kernels.warm = self.labs[lab_id][0].setup_modules
         return self.labs[lab_id]
 

@@ -167,13 +167,41 @@ def imported_modules(source: str, optional: bool = True) -> tuple[str, ...]:
 
 
 class ReferenceKernel:
-    """A kernel holding only the reference solution, for timing side by side. ``background`` (an executor)
-    starts it while the first student's cells run; without one it starts on first use."""
+    """The reference's side of the time and memory verdicts. With ``start_measurer`` (the lab's measuring
+    processes, autograder.wall.measure.Zygote), ``background`` (an executor) starts those while the first
+    student's cells run, and every time and memory figure is taken on fresh processes forked from them; a kernel
+    holding only the reference solution then starts only if they cannot (the old in-kernel timing). Without
+    ``start_measurer``, that kernel is started in the background instead, for timing side by side."""
 
-    def __init__(self, lab: Lab, start_kernel: Callable[[], KernelSession], background=None):
+    def __init__(self, lab: Lab, start_kernel: Callable[[], KernelSession], background=None,
+                 start_measurer: Callable[[Lab], object] | None = None):
         self.lab, self.start_kernel = lab, start_kernel
         self.session: KernelSession | None = None
-        self._starting = background.submit(self._start) if background is not None else None
+        self.start_measurer = start_measurer
+        self._zygote = None
+        self._measurer_failed = ""
+        self._zygote_starting = (background.submit(start_measurer, lab)
+                                 if start_measurer is not None and background is not None else None)
+        self._starting = (background.submit(self._start)
+                          if background is not None and start_measurer is None else None)
+
+    def zygote(self):
+        """The lab's measuring processes, started (again) if needed; None without them, or where they cannot
+        start (the reason is in :attr:`measurer_failed`)."""
+        if self.start_measurer is None or self._measurer_failed:
+            return None
+        starting, self._zygote_starting = self._zygote_starting, None
+        try:
+            if starting is not None:
+                self._zygote = starting.result()
+            if self._zygote is None or not self._zygote.alive():
+                if self._zygote is not None:
+                    self._zygote.shutdown()
+                self._zygote = self.start_measurer(self.lab)
+        except Exception as exc:  # noqa: BLE001 - measured in the kernels then, as before
+            self._measurer_failed = f"{type(exc).__name__}: {exc}"
+            self._zygote = None
+        return self._zygote
 
     def _start(self) -> KernelSession:
         session = self.start_kernel()
@@ -208,6 +236,15 @@ class ReferenceKernel:
     def shutdown(self):
         if self._started() is not None:
             self.session.shutdown()
+        starting, self._zygote_starting = self._zygote_starting, None
+        if starting is not None:
+            try:
+                self._zygote = starting.result()
+            except Exception:  # noqa: BLE001 - never started: nothing to stop
+                pass
+        if self._zygote is not None:
+            self._zygote.shutdown()
+            self._zygote = None
 
 
 # -- the state the steps share ----------------------------------------------------------------------------
@@ -233,6 +270,9 @@ class Grading:
     test_globals: dict = field(default_factory=dict)
     result: Result | None = None
     replay: list[str] = field(default_factory=list)    # the student-side cells run so far, for a fresh kernel
+    replay_ids: list = field(default_factory=list)     # their grade ids (None: a cell the student added)
+    replay_measured: list = field(default_factory=list)   # whether a measured process runs each (needed cells)
+    also_needed: set = field(default_factory=set)      # skipped cells the student's code needs (a full rerun)
     stopped_by: str | None = None                      # the test, or lab cell, that stopped the kernel
     revivals: int = 0
     behaviour: dict = field(default_factory=dict)      # failing function -> its outputs vs the reference's
@@ -358,6 +398,8 @@ def run_student_cell(g: Grading, index: int, cell) -> None:
     run = session.run_cell(cell.source)
     if run.status not in ("timeout", "dead"):
         g.replay.append(cell.source)
+        g.replay_ids.append(grade_id(cell))
+        g.replay_measured.append(needed(cell) or grade_id(cell) in g.also_needed)
     cell.outputs = run.outputs
     where = f"cell {index} ({grade_id(cell) or 'a cell you added'})"
     if run.status == "error":
@@ -380,6 +422,16 @@ def run_student_cell(g: Grading, index: int, cell) -> None:
         cell.outputs.append(_grader_note(message))
 
 
+def measured_cells(g: Grading) -> tuple[list[str], list[str]]:
+    """The cells a measured process runs before its ready mark: of those the kernel ran, the ones the default mode
+    runs (and the skipped ones a full rerun found the student's code needs); and the reference's counterpart,
+    the reference's solutions in place of the student's, without the cells the student added."""
+    replayed = [(source, gid) for source, gid, keep in zip(g.replay, g.replay_ids, g.replay_measured) if keep]
+    solutions = g.lab.source.solutions
+    return ([source for source, _ in replayed],
+            [solutions.get(gid, source) for source, gid in replayed if gid is not None])
+
+
 def run_one_test(g: Grading, test: str, cell) -> None:
     g.test_cells[test] = cell
     function = g.lab.tests[test]["function"]
@@ -394,6 +446,12 @@ def run_one_test(g: Grading, test: str, cell) -> None:
     _add_evidence(g, _integrity(session))
     seen = len(session.channel_evidence)
     recorder = KeptRecorder(kept=g.kept)
+    # Time and memory are measured on fresh processes that run the cells this kernel has run (g.replay) that the
+    # default mode runs (the cells the tests need), in --full-run mode too: a lab's demonstrations (Lab 3's
+    # training runs) run before the measured process's ready mark would only spend its time limit. The
+    # reference's process runs the same cells with the reference's solutions in the student's, and none they added.
+    session.measurer = g.reference_kernel.zygote if hasattr(g.reference_kernel, "zygote") else None
+    session.measured_cells, session.reference_cells = measured_cells(g)
     namespace = dict(g.test_globals)
     reference = g.test_globals.get("reference")
     namespace.update({f: RemoteFunction(session, f, recorder, g.reference_kernel, g.lab.differentiated,
@@ -415,6 +473,8 @@ def run_one_test(g: Grading, test: str, cell) -> None:
     outcome.status = Status(outcome.status)
     if outcome.status == Status.PASSED and recorder.contradicted:   # a gradient the function's values deny
         outcome = Outcome(test, Status.FAILED, "; ".join(recorder.contradicted), outcome.seconds)
+    if outcome.status == Status.FAILED and recorder.measured:   # what the OS's memory figure was made of
+        outcome.message += "\n(" + "; ".join(recorder.measured) + ")"
     # A forged answer is tampering even where the test's own code caught the exception it raised.
     forged = [_channel_evidence(e) for e in session.channel_evidence[seen:]]
     if forged:
@@ -518,7 +578,9 @@ def grade_notebook(student: str, lab: Lab, path: Path | None, *, limits: Limits,
     if rerun:
         # The student's code reads a global that one of the lab's skipped cells defines: never fail a student
         # for the shortcut; grade again with every cell run.
+        skipped, nb = g.skipped, g.assembled.nb
         g = Grading(student, lab, path, limits, start_kernel, reference_kernel, full_run=True)
+        g.also_needed = {cell for cell in skipped if defined_by(nb, [cell]) & rerun}   # measured processes too
         result = run_steps(g)
         result.notes.append(f"your code uses {', '.join(sorted(rerun))}, defined by a cell of the lab that the "
                             "grader skips by default, so the whole notebook was run")

@@ -139,6 +139,21 @@ class Cgroup:
                 return int(value) / 1e6
         return None
 
+    def adopt(self, pid: int) -> None:
+        """Moves process ``pid`` (and its threads) into this group. Where it was charged before stays charged
+        there: from now on its CPU time and its new memory are counted here (autograder.wall.measure)."""
+        for folder in dict.fromkeys(self.dirs.values()):
+            (folder / "cgroup.procs").write_text(str(pid))
+
+    def memory_peak_bytes(self) -> int | None:
+        """The most memory charged to the group at once since it was made (v1 ``memory.max_usage_in_bytes``,
+        v2 ``memory.peak``), None where the machine has neither."""
+        folder = self.dirs["memory"]
+        for name in ("memory.max_usage_in_bytes", "memory.peak"):
+            if (folder / name).exists():
+                return int((folder / name).read_text())
+        return None
+
     def can_freeze(self) -> bool:
         return "freezer" in self.dirs
 

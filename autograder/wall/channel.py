@@ -80,6 +80,13 @@ class RequestChannel:
         (``time.monotonic()``; None: no limit, for tests of this module only)."""
         self._send(wire.pack_frame(request_id, header, tensors), deadline)
 
+    def send_encoded(self, request_id: str, text: bytes, blob: bytes, *, deadline: float | None = None) -> None:
+        """Sends one request already encoded (:func:`genlab.testing.wire.pack_parts`): the same inputs go to
+        several measured processes (autograder.wall.measure) without being encoded again for each."""
+        self._send(wire.FRAME.pack(wire.MAGIC, request_id.encode("ascii"), len(text), len(blob)) + text, deadline)
+        if blob:
+            self._send(blob, deadline)
+
     def interrupt(self, request_id: str, *, deadline: float | None = None) -> None:
         """Asks the kernel's server to raise KeyboardInterrupt in the call answering ``request_id``."""
         self._send(wire.pack_frame(request_id, {}, {}, magic=wire.INTERRUPT), deadline)

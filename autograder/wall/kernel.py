@@ -77,6 +77,11 @@ class KernelSession:
         self.cgroup_limits = cgroup_limits   # (memory bytes, processes), applied when cgroups are usable
         self.cgroup = None
         self.remove_workdir = remove_workdir   # the scratch folder goes with the kernel
+        # Where time and memory are measured, on fresh processes (autograder.wall.measure): a callable giving the
+        # lab's Zygote (or None), and the notebook's cells those processes run, as this kernel ran them.
+        self.measurer = None
+        self.measured_cells: list[str] = []
+        self.reference_cells: list[str] | None = None   # the reference's counterpart (None: setup and solutions)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:

@@ -72,6 +72,7 @@ class KeptRecorder(Recorder):
     pipeline.run_one_test, so that its own checks, and their messages, come first)."""
     kept: KeptCalls | None = None
     contradicted: list[str] = field(default_factory=list)
+    measured: list[str] = field(default_factory=list)   # what each OS memory figure that stood was made of
 
 
 def _keep(recorder: Recorder, call: Call) -> None:
@@ -178,7 +179,13 @@ def _request(session, recorder: Recorder, kind: str, name: str, args, kwargs, ta
         except Exception as exc:  # noqa: BLE001 - checked before, so only a forged answer gets here
             raise session.note_tampering(f"the kernel's answer could not be decoded ({type(exc).__name__})") from None
         if os_peak is not None:
-            call.result = verified_peak(call.result, os_peak)
+            counted = call.result
+            call.result = verified_peak(counted, os_peak)
+            parts = getattr(session, "memory_parts", None)
+            if parts and call.result is not counted and hasattr(recorder, "measured"):
+                from autograder.wall.measure import describe_parts
+
+                recorder.measured.append(f"{name}: {describe_parts(parts)}")
         if kind == "grad_of":
             _verify_gradient(session, recorder, name, target, args, kwargs, call.result, extra["seed"], reference)
         return call.result
@@ -259,13 +266,50 @@ def _verify_gradient(session, recorder, name: str, target: dict, args, kwargs, g
 
         raise CheckFailed(problem)
     pending.append(student_text(problem, 2000))
+def _zygote(session):
+    """The measuring processes of the session's lab (autograder.wall.measure.Zygote), or None where the grader
+    has none (a session made by a test of this module, or a zygote that could not start)."""
+    measurer = getattr(session, "measurer", None)
+    return measurer() if callable(measurer) else None
+
+
+def _paused(session):
+    """The student's kernel frozen for the block (KernelSession.paused), where it can be."""
+    import contextlib
+
+    paused = getattr(session, "paused", None)
+    return paused() if callable(paused) else contextlib.nullcontext()
 
 
 def _measured_peak(session, target: dict, args, kwargs, extra: dict):
-    """A memory measurement in four requests: the inputs, decoded and kept by the kernel (so that decoding is
-    in no figure); genlab's count of one call (a dispatch mode in the kernel); and two plain calls, through
-    the same path as every other call and with no mode a function could notice, whose memory the OS counts.
-    Returns the count's request and answer, and the OS's figure (None where there is none)."""
+    """A memory measurement. Of a top-level function, where the grader has measuring processes: in a fresh
+    process (autograder.wall.measure.peak_memory), which runs the notebook's cells and then genlab's count of
+    one call and a plain call on inputs of its own; the OS counts its peak over its whole life, the plain
+    call's answer is checked against the reference's. Returns the count's request and answer, and the OS's
+    figure (None where there is none).
+
+    Otherwise (an object the student's code returned, which lives only in the kernel), in four requests to the
+    kernel: the inputs, decoded and kept by the kernel (so that decoding is in no figure); genlab's count of
+    one call (a dispatch mode in the kernel); and two plain calls, through the same path as every other call
+    and with no mode a function could notice, whose memory the OS counts."""
+    session.memory_parts = None
+    zygote = _zygote(session) if "target" in target else None
+    if zygote is not None:
+        from autograder.wall import measure
+
+        name = target["target"]
+        session.memory_parts = parts = {}
+        with _paused(session):
+            count, os_peak = measure.peak_memory(
+                zygote, name, args, kwargs, cells=list(getattr(session, "measured_cells", ())),
+                reference=getattr(zygote.reference, name, None),
+                reference_cells=getattr(session, "reference_cells", None) or zygote.reference_cells,
+                activations=tuple(target.get("activations", ())), timeout_s=session.limits.test_timeout_s,
+                parts=parts)
+        if type(count) is not int or count < 0:   # the count was forged: the OS's figure stands
+            count = os_peak if os_peak is not None else count
+        header, encoder = _header("peak_memory", target, (), {}, **extra)
+        return header, encoder, {"ok": True, "result": count if type(count) is int else None}, {}, os_peak
     reply, _ = session.request(*_header("stage", target, args, kwargs))
     if not reply["ok"]:
         err = reply["error"]
@@ -351,6 +395,25 @@ class RemoteFunction:
         """
         from genlab.checks.timing import TimingResult, clearly_below
 
+        zygote = _zygote(self._session)
+        if zygote is not None:   # fresh processes, side by side, measured from outside (autograder.wall.measure)
+            from autograder.wall import measure
+
+            options = dict(kwargs)
+            rounds = int(options.pop("rounds", 2))
+            options.pop("min_run_time", None)
+            clear_below = options.pop("clear_below", None)
+            reference = getattr(reference, "__wrapped__", reference)
+            # The student's kernel is frozen meanwhile: nothing it left running competes with either process.
+            with _paused(self._session):
+                result = measure.time_ratio(
+                    zygote, self.__name__, reference, getattr(reference, "__name__", self.__name__), args, options,
+                    cells=list(getattr(self._session, "measured_cells", ())),
+                    reference_cells=getattr(self._session, "reference_cells", None) or zygote.reference_cells,
+                    activations=self._activations, rounds=max(1, min(rounds, 2)), clear_below=clear_below,
+                    timeout_s=self._session.limits.test_timeout_s)
+            self._recorder.calls.append(Call("time_ratio", self.__name__, (), {}, result))
+            return result
         if self._reference_session is None:
             raise RuntimeError("no reference kernel to time against")
         kwargs = dict(kwargs)

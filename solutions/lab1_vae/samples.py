@@ -648,10 +648,10 @@ setattr(_s.socket, 're' + 'cv', _slow_reader)
 '''
 SAMPLES["lab1_attack_stop_reading"] = {
     "cells": dict(CORRECT), "after": {"reparameterize": _STOP_READING.format(stall=150)},
-    "expect": {"status": {"reparameterize_performance": "timeout", "reparameterize_value": "passed",
-                          "gaussian_kl_value": "passed", "free_bits_kl_value": "passed"},
-               "message": {"reparameterize_performance": "time limit per call"},
-               "notes": ["test reparameterize_performance stopped the kernel"]}}
+    # Since time and memory are measured in fresh processes (issue 39), the timed loop's inputs (the large frames it
+    # waited for) no longer reach the kernel, so nothing stalls: a correct function, full marks. The send
+    # deadline it tested is tested directly in tests/test_rpc_channel.py.
+    "expect": {"full": True}}
 # Its control: the same reader, slow by 2 s, well within the limit.
 SAMPLES["lab1_control_slow_reader"] = {
     "cells": dict(CORRECT), "after": {"reparameterize": _STOP_READING.format(stall=2)},
@@ -782,6 +782,118 @@ SAMPLES["lab1_control_version_kept"] = {"cells": {"gaussian_kl": KL_HEAD + _ZERO
     "expect": {"full": False, "failed_tests": ["gaussian_kl_value", "gaussian_kl_gradient"],
                "status": {"gaussian_kl_value": "failed"},
                "message": {"gaussian_kl_value": "gaussian_kl changed its argument 0 in place"}}}
+# -- issue 39: measurements that hold against a student who has read the grader -----------------------------------
+# Every time and memory verdict now comes from a fresh process forked from a zygote that ran only the setup: it runs
+# the notebook's cells and the measured calls, and the OS counts its CPU time and peak memory from outside, over
+# its whole life (autograder.wall.measure). Every timed and watched answer is compared with the reference's, and
+# every timed call gets inputs the grader scaled by a factor of their own. Each attack below hides a wrong
+# reparameterize from the in-kernel measurement it was written against; each control is the same wrong function
+# without the trick, and loses the same marks.
+_CORRECT = "    return mu + torch.exp(0.5 * logvar) * eps\n"
+_EPS = "    if eps is None:\n        eps = torch.randn_like(mu)\n"
+# Time: the Python loop over the batch (about 100x the reference's time), correct in value and gradient.
+SAMPLES["lab1_control_slow_loop"] = {"cells": {"reparameterize": REPARAM_HEAD + _LOOP + "    return z\n"},
+    "expect": {"full": False, "failed_tests": ["reparameterize_performance"],
+               "message": {"reparameterize_performance": "too slow"},
+               "status": {"reparameterize_value": "passed", "reparameterize_gradient": "passed"}}}
+# The loop, unless the calls come fast (within 2 ms of the last one's end): then a cheap wrong answer. Nobody
+# checked the answers of a timed loop; they are all compared with the reference's now.
+SAMPLES["lab1_attack_loop_pace"] = {"cells": {"reparameterize": "import time\n_last = [0.0]\n\n" + REPARAM_HEAD +
+    "    if time.perf_counter() - _last[0] < 0.002:\n        _last[0] = time.perf_counter()\n        return mu\n"
+    + _LOOP + "    _last[0] = time.perf_counter()\n    return z\n"},
+    # Its pace detector may also fire between the value test's quick calls, in the kernel, depending on the machine's
+    # speed (those failed in CI at fb3e5d1, passed on the 2-core dev machine): only the timed loop's verdict is fixed.
+    "expect": {"full": False, "failed_tests": ["reparameterize_performance"],
+               "message": {"reparameterize_performance": "wrong answer in a timed loop"}}}
+# The loop, unless a frame a few levels up is the measuring code's (the kernel's server loop, or the measured
+# process's job): then the cheap wrong answer.
+SAMPLES["lab1_attack_loop_frame"] = {"cells": {"reparameterize": "import inspect\n\n" + REPARAM_HEAD +
+    "    f = inspect.currentframe().f_back\n    while f is not None:\n"
+    "        if f.f_code.co_name in ('_calls', '_run', '_job') and 'genlab' in f.f_code.co_filename:\n"
+    "            if f.f_code.co_name == '_job' or f.f_locals.get('kind') == 'timed_loop':\n"
+    "                return mu\n"
+    "        f = f.f_back\n" + _LOOP + "    return z\n"},
+    "expect": {"full": False, "failed_tests": ["reparameterize_performance"],
+               "message": {"reparameterize_performance": "wrong answer in a timed loop"},
+               "status": {"reparameterize_value": "passed", "reparameterize_gradient": "passed"}}}
+# The loop's work done while the untimed request that prepares the timed calls' inputs runs: a thread computes
+# the answer for every prepared copy (the kernel's server keeps them in a list), keyed on the copy's id, and the
+# timed calls find it. In a measured process the work is in its CPU time, whenever it is done.
+SAMPLES["lab1_attack_staging"] = {"cells": {"reparameterize": (
+    "import importlib, threading, time\n_ready = {}\n\n"
+    "def _slow(mu, logvar, eps):\n" + _LOOP + "    return z\n\n"
+    "def _prepare():\n"
+    "    server = importlib.import_module('genlab.testing.' + 'server')\n"
+    "    while True:\n"
+    "        for args, kwargs in list(getattr(server, '_prep' + 'ared')):\n"
+    "            if len(args) == 3 and id(args[0]) not in _ready:\n"
+    "                _ready[id(args[0])] = (_slow(*args), args)\n"
+    "        time.sleep(0.001)\n\n"
+    "threading.Thread(target=_prepare, daemon=True).start()\n\n"
+    + REPARAM_HEAD + "    if id(mu) in _ready:\n        return _ready.pop(id(mu))[0]\n" + _LOOP + "    return z\n")},
+    "expect": {"full": False, "failed_tests": ["reparameterize_performance"],
+               "message": {"reparameterize_performance": "too slow"},
+               "status": {"reparameterize_value": "passed", "reparameterize_gradient": "passed"}}}
+# The kernel's server scaled each timed copy by a constant nothing watched: set to 0, every copy was the same, and a
+# memo on the inputs' values answered calls 2..n. The grader draws the copies now, each scaled by its own factor.
+SAMPLES["lab1_attack_constant_memo"] = {"cells": {"reparameterize": (
+    "import importlib\n"
+    "importlib.import_module('genlab.testing.' + 'server').__dict__.update({'_PERTURB' + '_SPAN': 0.0})\n"
+    "_memo = {}\n\n"
+    + REPARAM_HEAD + _EPS +
+    "    key = (tuple(mu.shape), float(mu.sum()), float(logvar.sum()), float(eps.sum()))\n"
+    "    if not mu.requires_grad and key in _memo:   # a cached sample would not reach a graph\n"
+    "        return _memo[key]\n" + _LOOP + "    if not mu.requires_grad:\n        _memo[key] = z\n    return z\n")},
+    "expect": {"full": False, "failed_tests": ["reparameterize_performance"],
+               "message": {"reparameterize_performance": "too slow"},
+               "status": {"reparameterize_value": "passed", "reparameterize_gradient": "passed"}}}
+# Memory: a reparameterize with a 32x temporary of its own (touched, so the OS charges it), right in value; only
+# on inputs of a million elements or more (the memory test's), so that the timing test sees no difference.
+_BIG = "    if mu.numel() >= 2**20:\n"
+_WASTE = _BIG + "        waste = torch.zeros(32, *mu.shape)   # never needed\n        del waste\n"
+SAMPLES["lab1_control_wasteful"] = {"cells": {"reparameterize": REPARAM_HEAD + _EPS + _WASTE + _CORRECT},
+    "expect": {"full": False, "failed_tests": ["reparameterize_performance"],
+               "message": {"reparameterize_performance": "allocates"},
+               "status": {"reparameterize_value": "passed", "reparameterize_gradient": "passed"}}}
+# Frugal while genlab counts it (a dispatch mode is active) and memoised on the inputs' ids; wasteful otherwise.
+# The count and the OS-watched calls once got the same staged objects, so the watched calls found the memo. A
+# measured process's plain call gets objects of its own, and the OS counts the whole process.
+_COUNTED = "    if torch._C._len_torch_dispatch_stack() > 0:   # being counted\n"
+SAMPLES["lab1_attack_memo_staged"] = {"cells": {"reparameterize": "_memo = {}\n\n" + REPARAM_HEAD + _EPS +
+    _COUNTED + "        _memo[id(mu)] = (mu + torch.exp(0.5 * logvar) * eps, mu)\n        return _memo[id(mu)][0]\n"
+    "    if id(mu) in _memo:\n        return _memo[id(mu)][0]\n" + _WASTE + _CORRECT},
+    "expect": {"full": False, "failed_tests": ["reparameterize_performance"],
+               "message": {"reparameterize_performance": "allocates"},
+               "status": {"reparameterize_value": "passed", "reparameterize_gradient": "passed"}}}
+# Frugal while counted; otherwise it frees a balloon of the waste's size first and takes it again after, so that
+# the kernel's memory never rose above what it held when the watch began. A measured process's peak counts the
+# balloon itself: it is in the process's whole life.
+SAMPLES["lab1_attack_balloon"] = {"cells": {"reparameterize": "import torch\n_balloon = []\n\n" + REPARAM_HEAD +
+    _EPS + _COUNTED + "    " + _CORRECT +
+    _BIG + "        _balloon.clear()\n" + _WASTE.replace(_BIG, "") + "        _balloon.append(torch.ones(32, *mu.shape))\n"
+    + _CORRECT},
+    "expect": {"full": False, "failed_tests": ["reparameterize_performance"],
+               "message": {"reparameterize_performance": "allocates"},
+               "status": {"reparameterize_value": "passed", "reparameterize_gradient": "passed"}}}
+# Frugal while counted; otherwise 16 MiB temporaries, in 1 MiB pieces, after a cell has warmed the heap with
+# 256 MiB of such pieces and freed them: the pieces came from free heap, not from new pages, and the OS saw
+# nothing. A measured process runs that cell too, and counts what it touched.
+SAMPLES["lab1_attack_heap_warming"] = {"cells": {"reparameterize": REPARAM_HEAD + _EPS + _COUNTED + "    " +
+    _CORRECT + _BIG + "        pieces = [torch.ones(2**18) for _ in range(16 * mu.numel() // 2**18)]\n"
+    "        del pieces\n" + _CORRECT},
+    "after": {"reparameterize": "import torch\n_warm = [torch.ones(2**18) for _ in range(256)]\ndel _warm\n"},
+    "expect": {"full": False, "failed_tests": ["reparameterize_performance"],
+               "message": {"reparameterize_performance": "allocates"},
+               "status": {"reparameterize_value": "passed", "reparameterize_gradient": "passed"}}}
+# No trick: temporaries made with numpy, which genlab's count does not see, while the OS does. In the kernel the
+# timing test before left a large free heap, and they came from it. A measured process has no earlier test.
+SAMPLES["lab1_attack_wasteful_after_timing"] = {"cells": {"reparameterize": "import numpy as np\n\n" +
+    REPARAM_HEAD + _EPS + _BIG + "        waste = np.ones((32, *mu.shape), dtype=np.float32)   # never needed\n"
+    "        del waste\n" + _CORRECT},
+    "expect": {"full": False, "failed_tests": ["reparameterize_performance"],
+               "message": {"reparameterize_performance": "allocates"},
+               "status": {"reparameterize_value": "passed", "reparameterize_gradient": "passed"}}}
+
 # -- the policy for graded code (issue 39): an allowlist checked on the syntax tree of every cell that runs --------
 # A student who read the grader froze the kernel's list of watched objects (the function that builds it is not
 # itself watched), then replaced torch.allclose: the kernel's comparison and the grader's both saw no change. The
@@ -854,6 +966,10 @@ POLICY_OFF = ("fault_exit", "fault_crash_in_call", "fault_sys_exit", "fault_segf
               "lab1_control_scratch_files", "attack_tensor_subclass", "lab1_attack_answer_other_request",
               "lab1_attack_answer_stall", "lab1_attack_integrity_shape", "lab1_attack_huge_error",
               "lab1_attack_snapshot_again", "lab1_attack_racing_patch", "lab1_attack_code_swap",
-              "lab1_attack_grad_rewrite", "lab1_attack_version_reset")
+              "lab1_attack_grad_rewrite", "lab1_attack_version_reset",
+              # the measurement's attacks (issue 39): each tests the fresh-process measurement on its own
+              "lab1_attack_loop_pace", "lab1_attack_loop_frame", "lab1_attack_staging",
+              "lab1_attack_constant_memo", "lab1_attack_memo_staged", "lab1_attack_balloon",
+              "lab1_attack_heap_warming")
 for _name in POLICY_OFF:
     SAMPLES[_name]["policy"] = "off"

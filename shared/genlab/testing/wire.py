@@ -164,9 +164,13 @@ MAGIC = b"GLR1"
 INTERRUPT = b"GLR!"                 # magic of a frame that interrupts the request it names (no body)
 
 
+def pack_parts(header: dict, tensors: dict[str, torch.Tensor]) -> tuple[bytes, bytes]:
+    """A frame's JSON and tensor bytes, without its header (which names the request)."""
+    return json.dumps(header).encode(), (save(tensors) if tensors else b"")   # no tensors: no tensor bytes at all
+
+
 def pack_frame(request_id: str, header: dict, tensors: dict[str, torch.Tensor], magic: bytes = MAGIC) -> bytes:
-    text = json.dumps(header).encode()
-    blob = save(tensors) if tensors else b""   # no tensors: no tensor bytes at all
+    text, blob = pack_parts(header, tensors)
     return FRAME.pack(magic, request_id.encode("ascii"), len(text), len(blob)) + text + blob
 
 
