@@ -211,3 +211,12 @@ def test_a_class_may_keep_underscore_attributes_of_its_own_but_not_the_libraries
     refused = ("class A:\n    def g(self):\n        return self._C, self.__dict__\n"
                "def f(x):\n    return x._version\n")
     assert [v.construct for v in check_source(refused)] == ["self._C", "self.__dict__", "x._version"]
+
+
+def test_lab5_graded_cells_cannot_call_the_libraries_that_compute_its_answers():
+    """Lab 5 has students write FID, KID, precision/recall/density/coverage and the bootstrap; Lab 2's demo cells
+    measure with torchmetrics and prdc (and scikit-learn under joblib, which prdc calls), which no graded cell may
+    import."""
+    policy = lab_policy(ROOT, "lab5_fid")
+    for module in ("torchmetrics", "torchmetrics.image.fid", "torchmetrics.image.kid", "prdc", "sklearn", "joblib"):
+        assert not policy.allows_module(module), f"Lab 5's graded cells may import {module}"
