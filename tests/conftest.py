@@ -27,9 +27,12 @@ os.environ.setdefault("GENLAB_STRICT_READINGS", "1")
 GRADED = ["reference", "bug_kl_sign_flipped"]   # the Lab 1 samples ``graded`` grades (and one more, below)
 
 # JupyterLab user settings for the test server: every cell in the page (no virtual scrolling, so the test
-# can read all outputs), cell timings recorded, and no news or update pop-ups covering the notebook.
+# can read all outputs), cell timings recorded, the notebook's own kernel started without asking (a loaded
+# machine otherwise raised "Select Kernel" over the page, and the self-check test failed on it in a CI run),
+# and no news or update pop-ups covering the notebook.
 LAB_SETTINGS = {
-    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none", "recordTiming": True},
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none", "recordTiming": True,
+                                                                  "autoStartDefaultKernel": True},
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
                                                                        "checkForUpdates": False},
 }

@@ -138,11 +138,17 @@ def close_dialog(page) -> str | None:
     if not dialog.count():
         return None
     text = " ".join(dialog.first.inner_text().split())
-    for _attempt in range(3):  # a dialog still opening can miss the first click
+    # A dialog still opening can miss the first click; "Select Kernel" closes only once the kernel it starts has
+    # a session, which took over 15 s at the start of a CI run (the browser tests first, beside the grading).
+    for wait_s in (5, 20, 60):
         accept = dialog.first.locator(".jp-Dialog-footer button.jp-mod-accept")
-        (accept.first if accept.count() else dialog.first.locator(".jp-Dialog-footer button").last).click()
+        button = accept.first if accept.count() else dialog.first.locator(".jp-Dialog-footer button").last
         try:
-            dialog.first.wait_for(state="detached", timeout=5_000)
+            button.click(timeout=5_000)
+        except PlaywrightTimeout:
+            pass            # gone, or replaced, meanwhile: checked below
+        try:
+            dialog.first.wait_for(state="detached", timeout=wait_s * 1000)
             return text
         except PlaywrightTimeout:
             if not dialog.count():
@@ -158,18 +164,37 @@ def run_all(page, timeout_s: float) -> None:
     cell ran, the queue was dropped), is run once more, and said so in the output."""
     for attempt in range(2):
         _start_run_all(page)
-        page.wait_for_function(
-            f"""() => !{PROMPTS}.some(p => p.includes('*'))
-                && document.querySelector('{INDICATOR}').textContent.includes('Kernel status: Idle')
-                && (document.querySelector('{INDICATOR}').textContent.includes('Elapsed time')
-                    || document.body.textContent.includes('Traceback (most recent call last)'))""",
-            timeout=timeout_s * 1000, polling=500)
+        _wait_for_the_run(page, timeout_s)
         prompts = page.evaluate(f"() => {PROMPTS}")
         stopped = "Traceback (most recent call last)" in page.locator("body").inner_text()
         if attempt or stopped or all(p != "[ ]:" for p in prompts):
             return
         print(f"the run left every cell unrun (indicator: {page.locator(INDICATOR).first.text_content()!r}); "
               "running all cells again")
+
+
+def _wait_for_the_run(page, timeout_s: float) -> None:
+    """Until no cell is queued or running and the kernel is idle after a run (the indicator shows the elapsed
+    time, or a traceback stopped the run). A dialog that opens meanwhile ("Select Kernel": a loaded machine
+    restarted the session while the run was queued, seen in a CI run with the browser tests first) would
+    hold the page for ever: it is closed, and if the run's queue was dropped with it (every prompt back to
+    "[ ]:"), the caller runs all cells again."""
+    done = f"""() => !{PROMPTS}.some(p => p.includes('*'))
+        && document.querySelector('{INDICATOR}').textContent.includes('Kernel status: Idle')
+        && (document.querySelector('{INDICATOR}').textContent.includes('Elapsed time')
+            || document.body.textContent.includes('Traceback (most recent call last)'))"""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            page.wait_for_function(done, timeout=5_000, polling=500)
+            return
+        except PlaywrightTimeout:
+            if text := close_dialog(page):
+                print(f"dialog closed during the run: {text!r}")
+                if all(p == "[ ]:" for p in page.evaluate(f"() => {PROMPTS}")):
+                    return      # the queue went with the dialog: run_all starts the run once more
+    raise AssertionError(f"the run did not finish within {timeout_s:.0f} s; the indicator says "
+                         f"{page.locator(INDICATOR).first.text_content()!r}")
 
 
 def _start_run_all(page) -> None:
