@@ -147,7 +147,9 @@ def _hand_grade(browser, url: str, token: str, db: str) -> tuple[dict, dict]:
         for student in dict.fromkeys(s for s, *_ in HAND_GRADES):
             with Gradebook(db, "genlab") as gb:
                 submission = gb.find_submission_notebook(LAB, LAB, student).id
-            page.goto(f"{url}/formgrader/submissions/{submission}/")
+            # networkidle: formgrader binds its inputs' save handlers once its own requests are answered; a score
+            # typed before that is not saved (a CI run under load lost aoneil's first score)
+            page.goto(f"{url}/formgrader/submissions/{submission}/", wait_until="networkidle")
             for who, cell, points, comment in HAND_GRADES:
                 if who != student:
                     continue
