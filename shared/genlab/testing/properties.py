@@ -523,19 +523,10 @@ def check_generated(fn: Callable, expected: Callable, function: str, *, name: st
     except Exception as exc:  # noqa: BLE001 - hypothesis re-raised the shrunk failure (or a flaky one)
         if not last:
             raise
-        got, want, error = last["got"], last["want"], last["error"]
-        what = (f"raised {_show(error)}" if got is error else f"gave {_show(got)}, expected {_show(want)}")
-        reason = "" if got is error else f" ({error})"
-        raise CheckFailed(f"your {function} on this input {what}{reason}\n  the input: {last['call']}\n"
-                          f"  (one of {domain.examples} inputs drawn from the domain the lab's table declares for "
-                          f"{function}, shrunk to a small one that still fails)") from None
+        raise CheckFailed(_failure(function, domain, last["call"], last["got"], last["want"], last["error"],
+                                   ", shrunk to a small one that still fails")) from None
     if failed_kept is not None:     # hypothesis drew otherwise this time, and passed: a kept input still failed
-        shown, got, want, error = failed_kept
-        what = (f"raised {_show(error)}" if got is error else f"gave {_show(got)}, expected {_show(want)}")
-        reason = "" if got is error else f" ({error})"
-        raise CheckFailed(f"your {function} on this input {what}{reason}\n  the input: {shown}\n"
-                          f"  (one of {domain.examples} inputs drawn from the domain the lab's table declares for "
-                          f"{function})")
+        raise CheckFailed(_failure(function, domain, *failed_kept))
     _PASSED[key] = (count[0], seen)
     return count[0]
 
@@ -595,6 +586,13 @@ def _replay(fn: Callable, check: Callable, function: str, label: str, passed: li
                 return show_call(function, args, kwargs), (exc if got is _NOTHING else got), want, exc
             raise
     return None
+
+
+def _failure(function: str, domain: Domain, shown: str, got, want, error, how: str = "") -> str:
+    what = f"raised {_show(error)}" if got is error else f"gave {_show(got)}, expected {_show(want)}"
+    reason = "" if got is error else f" ({error})"
+    return (f"your {function} on this input {what}{reason}\n  the input: {shown}\n"
+            f"  (one of {domain.examples} inputs drawn from the domain the lab's table declares for {function}{how})")
 
 
 def _keep_hypothesis_files_private() -> None:
