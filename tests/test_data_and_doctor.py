@@ -40,6 +40,21 @@ def test_digits_shape_range_and_labels():
     assert sorted(y.unique().tolist()) == list(range(10))
 
 
+def test_digits_are_scikit_learns_own_read_without_importing_it():
+    import subprocess
+    import sys
+
+    from sklearn.datasets import load_digits as sklearn_digits
+
+    bunch = sklearn_digits()
+    arr, labels = data.load_digits(as_tensor=False)
+    assert np.array_equal(arr * 16, bunch.data) and np.array_equal(labels, bunch.target)
+    # the point of reading the file: no kernel pays for importing scikit-learn (and SciPy) to get the digits
+    probe = "import sys, genlab.data as d; d.load_digits(); print('sklearn' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"
+
+
 def test_digits_layouts_agree():
     flat, _ = data.load_digits()
     grid, _ = data.load_digits(flat=False, dtype=torch.float64)
