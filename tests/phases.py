@@ -27,6 +27,7 @@ PHASES = [
     ("tests/test_class_report.py", "grading (class report)"),
 ]
 OTHER = "unit tests and lab checks"
+FILES_SHOWN = 15
 
 
 def phase_of(nodeid: str) -> str:
@@ -53,9 +54,11 @@ def cpu_model() -> str:
 def summary(reports, session_start: float) -> list[str]:
     per_phase: dict[str, float] = defaultdict(float)
     per_worker: dict[str, float] = defaultdict(float)
+    per_file: dict[str, float] = defaultdict(float)
     for report in reports:
         seconds = getattr(report, "duration", 0.0) or 0.0
         per_phase[phase_of(report.nodeid)] += seconds
+        per_file[report.nodeid.split("::")[0]] += seconds
         node = getattr(report, "node", None)   # pytest-xdist: the worker that ran it
         per_worker[getattr(getattr(node, "gateway", None), "id", "main")] += seconds
     lines = [f"machine: {cpu_model()}"]
@@ -64,6 +67,9 @@ def summary(reports, session_start: float) -> list[str]:
         lines.append(f"  {session_start - float(ci_start):7.0f} s  setup (venv, system packages, PostgreSQL)")
     for phase, seconds in sorted(per_phase.items(), key=lambda kv: -kv[1]):
         lines.append(f"  {seconds:7.0f} s  {phase}")
+    # The files that cost most: where to look first when the suite is over its time.
+    lines.append("  the longest files: " + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in
+                                                  sorted(per_file.items(), key=lambda kv: -kv[1])[:FILES_SHOWN]))
     lines.append(f"  {time.time() - session_start:7.0f} s  pytest, wall clock; busy per worker: "
                  + ", ".join(f"{w} {s:.0f} s" for w, s in sorted(per_worker.items())))
     return lines
