@@ -259,7 +259,8 @@ def grade_one(run: Run, student: str, lab_id: str, found: Found, more: bool = Tr
                                  notes=[f"internal grader error: {trace.strip().splitlines()[-1]}"]), False
     if found.note:
         result.notes.insert(0, found.note)
-    cache.store(run.out, result, result_key)
+    if not any(note.startswith(pipeline.NOT_GRADED) for note in result.notes):   # else graded again next run
+        cache.store(run.out, result, result_key)
     return result, False
 
 

@@ -35,6 +35,7 @@ from autograder.grading import behaviour
 from autograder.grading.assemble import Assembled, assemble
 from autograder.wall.channel import ChannelTampered
 from autograder.wall.kernel import KernelLost, KernelSession, RemoteTimeout
+from autograder.wall.measure import MeasureError
 from autograder.core.labs import LabFolder
 from autograder.core.limits import Limits
 from autograder.wall.remote import KeptCalls, KeptRecorder, RemoteFunction
@@ -166,12 +167,30 @@ def imported_modules(source: str, optional: bool = True) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+# The start of a note and of a test's message where the grader failed, not the student's code: such a result is
+# not kept for resuming (autograder.course.grade), so that the next run with the same --out grades it again.
+NOT_GRADED = "not graded, the grader's fault"
+
+
+class MeasurerUnavailable(MeasureError):
+    """The grader's measuring processes could not start: a measured test is not graded (the grader's fault)."""
+
+    def __init__(self, reason: str, failures: int):
+        super().__init__(f"the grader's measuring process could not start ({failures} tr"
+                         f"{'ies' if failures > 1 else 'y'}; the last: {reason})")
+
+
 class ReferenceKernel:
     """The reference's side of the time and memory verdicts. With ``start_measurer`` (the lab's measuring
     processes, autograder.wall.measure.Zygote), ``background`` (an executor) starts those while the first
-    student's cells run, and every time and memory figure is taken on fresh processes forked from them; a kernel
-    holding only the reference solution then starts only if they cannot (the old in-kernel timing). Without
-    ``start_measurer``, that kernel is started in the background instead, for timing side by side."""
+    student's cells run, and every time and memory figure is taken on fresh processes forked from them. Where
+    they cannot start, a measured test is not graded (:class:`MeasurerUnavailable`, the grader's fault, with its
+    reason): it never falls back to measuring in the student's kernel, which a notebook that has read the
+    grader defeats (issue 39; a run where the start failed once graded lab1_attack_balloon and
+    lab1_attack_heap_warming full marks that way). Without ``start_measurer`` (``--unsafe``, unit tests), a
+    kernel holding only the reference solution is started in the background instead, for timing side by side."""
+
+    MAX_STARTS = 3   # failed starts of the measuring processes per lab and worker, before none is tried again
 
     def __init__(self, lab: Lab, start_kernel: Callable[[], KernelSession], background=None,
                  start_measurer: Callable[[Lab], object] | None = None):
@@ -180,16 +199,25 @@ class ReferenceKernel:
         self.start_measurer = start_measurer
         self._zygote = None
         self._measurer_failed = ""
+        self._failed_starts = 0
+        if start_measurer is not None and background is not None and lab is not None:
+            # What the start reads of the lab is parsed here, before the thread: CPython 3.11's ast module is not
+            # safe in two threads at once, and a start that parsed the setup cell while this thread scanned a
+            # notebook failed with "SystemError: AST constructor recursion depth mismatch (before=36, after=75)".
+            lab.setup_modules, lab.reference  # noqa: B018 - cached properties, computed now
         self._zygote_starting = (background.submit(start_measurer, lab)
                                  if start_measurer is not None and background is not None else None)
         self._starting = (background.submit(self._start)
                           if background is not None and start_measurer is None else None)
 
     def zygote(self):
-        """The lab's measuring processes, started (again) if needed; None without them, or where they cannot
-        start (the reason is in :attr:`measurer_failed`)."""
-        if self.start_measurer is None or self._measurer_failed:
+        """The lab's measuring processes, started (again) if needed; None without a ``start_measurer``. Raises
+        :class:`MeasurerUnavailable` where they cannot start: tried again at the next measurement, up to
+        :data:`MAX_STARTS` failures."""
+        if self.start_measurer is None:
             return None
+        if self._failed_starts >= self.MAX_STARTS:
+            raise MeasurerUnavailable(self._measurer_failed, self._failed_starts)
         starting, self._zygote_starting = self._zygote_starting, None
         try:
             if starting is not None:
@@ -197,10 +225,13 @@ class ReferenceKernel:
             if self._zygote is None or not self._zygote.alive():
                 if self._zygote is not None:
                     self._zygote.shutdown()
+                self._zygote = None
                 self._zygote = self.start_measurer(self.lab)
-        except Exception as exc:  # noqa: BLE001 - measured in the kernels then, as before
+        except Exception as exc:  # noqa: BLE001 - the measured test is not graded, and says why
+            self._failed_starts += 1
             self._measurer_failed = f"{type(exc).__name__}: {exc}"
             self._zygote = None
+            raise MeasurerUnavailable(self._measurer_failed, self._failed_starts) from None
         return self._zygote
 
     def _start(self) -> KernelSession:
@@ -277,6 +308,7 @@ class Grading:
     revivals: int = 0
     behaviour: dict = field(default_factory=dict)      # failing function -> its outputs vs the reference's
     kept: KeptCalls | None = None                      # the calls kept for diagnosis, within a budget
+    grader_faults: list = field(default_factory=list)  # tests the grader's own failure left ungraded
     refused: Refusals = field(default_factory=Refusals)  # the student's cells outside the policy: not run
 
     def __post_init__(self):
@@ -463,7 +495,12 @@ def run_one_test(g: Grading, test: str, cell) -> None:
         # features) is about the test, not the student: kept out of the grader's output and the feedback.
         with warnings.catch_warnings(record=True):
             outcome = run_test(test, g.lab.tests[test]["source"], namespace,
-                               passthrough=(KernelLost, RemoteTimeout, ChannelTampered))
+                               passthrough=(KernelLost, RemoteTimeout, ChannelTampered, MeasureError))
+    except MeasureError as exc:   # the grader's measuring process failed: no verdict on the student's code
+        g.grader_faults.append(test)
+        outcome = Outcome(test, Status.ERROR, f"{NOT_GRADED}: {exc}. A regrade measures it again (genlab grade "
+                          "with the same --out regrades only notebooks with such a test)",
+                          time.perf_counter() - start)
     except ChannelTampered as exc:
         outcome = Outcome(test, Status.TAMPERED, _channel_evidence(str(exc)), time.perf_counter() - start)
     except RemoteTimeout as exc:
@@ -532,6 +569,9 @@ def verdict(g: Grading) -> None:
         g.notes.append(f"to grade faster, {len(g.skipped)} cells of the lab's own (demonstrations, plots, "
                        f"widgets) did not run: {', '.join(g.skipped)}; setup, your solution cells, the cells you "
                        "added and the cells the tests need did")
+    if g.grader_faults:
+        g.notes.append(f"{NOT_GRADED}: {', '.join(g.grader_faults)} (the grader's measuring process failed; "
+                       "the reason is in each test's message)")
     final = []
     for test in g.lab.tests:
         outcome = g.outcomes.get(test) or Outcome(
