@@ -57,7 +57,8 @@ _RANDOM = random.Random()    # the grader's own draws: a test seeding `random` s
 
 
 class MeasureError(RuntimeError):
-    """The measuring process itself failed (not the student's code): the grader's fault."""
+    """The measuring process itself failed (not the student's code): the grader's fault. A test that meets it
+    is not graded, and says why (autograder.grading.pipeline.NOT_GRADED)."""
 
 
 @dataclass
@@ -73,6 +74,7 @@ class Measured:
     held_bytes: int = 0   # memory held from the ready mark to the end and never written (held_bytes)
     window_cpu_s: float = 0.0    # from the ready mark to the second mark (the inputs decoded); 0 without it
     window_wall_s: float = 0.0
+    file_bytes: int = 0   # the files' pages charged to its group (cgroups.Cgroup.file_cache_bytes), at the end
 
 
 @dataclass
@@ -120,6 +122,7 @@ class Zygote:
     reference_cells: list[str] = field(default_factory=list)   # what a reference process runs: setup, solutions
     timing_baselines: dict = field(default_factory=dict)   # (function, calls, input bytes) -> Baseline
     calls_per_process: dict = field(default_factory=dict)  # (function, input bytes) -> calls (calibrate)
+    corrections: dict = field(default_factory=dict)   # a memory test's key -> (bytes, the reference's laps)
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     def start(self) -> "Zygote":
@@ -246,17 +249,18 @@ class Zygote:
                 answer = reply
         except AnswerTimeout:
             timed_out = True
-        except ChannelTampered as exc:
+        except ChannelTampered as exc:   # the student's code, in the measured process: tampering, not a fault
             self._stop_group(group)
             self.shutdown()
-            raise MeasureError(f"the measured process broke the channel: {exc}") from None
+            raise ChannelTampered(f"a measured process broke the channel: {exc}") from None
         wall = time.perf_counter() - start
         cpu = peak = None
-        oom, held = False, 0
+        oom, held, file_bytes = False, 0, 0
         if group is not None:
             if group.can_freeze():
                 group.freeze(True)
             cpu, peak, oom = group.cpu_seconds(), group.memory_peak_bytes(), group.oom_killed()
+            file_bytes = group.file_cache_bytes()
             if cpu is not None:
                 cpu -= cpu_mark
             if witness and answer is not None and group.can_freeze():
@@ -289,7 +293,7 @@ class Zygote:
             answer = {"ok": False, "error": {"type": "MeasuredProcessDied", "traceback": "",
                                              "message": f"the measured process ended without an answer: {why}"}}
         return Measured(answer, tensors, max(cpu, 0.0), wall, peak, oom, int(usage.get("status", 0)), held,
-                        max(window_cpu, 0.0), max(window_wall, 0.0))
+                        max(window_cpu, 0.0), max(window_wall, 0.0), file_bytes)
 
     def _cpu_now(self, group) -> float:
         if group is not None:
@@ -448,6 +452,22 @@ def input_bytes(args, kwargs) -> int:
     tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
     tensors += [t for m in leaves if isinstance(m, torch.nn.Module) for t in (*m.parameters(), *m.buffers())]
     return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def input_shapes(args, kwargs) -> tuple:
+    """What decides a call's memory besides its code: each tensor's shape and dtype, each module's parameters'
+    and buffers' bytes, and any other argument as it is (its repr, for an unhashable one)."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    def one(leaf):
+        if isinstance(leaf, torch.Tensor):
+            return ("tensor", tuple(leaf.shape), str(leaf.dtype))
+        if isinstance(leaf, torch.nn.Module):
+            return ("module", type(leaf).__name__, input_bytes((leaf,), {}))
+        return ("value", repr(leaf)[:200])
+
+    return tuple(one(leaf) for leaf in tree_leaves((tuple(args), dict(kwargs))))
 
 
 def scaled_copy(args, kwargs, scale: float):
@@ -740,6 +760,8 @@ def _ratio(student: list, ref: list, base: Baseline, clock: bool = False) -> flo
 
 
 SUSPECT_SLACK_BYTES = 8 * 2**20   # a figure over the count by more than this and an eighth is measured again
+FILE_PAGES_BYTES = 2**20   # a process charged this much of the files' pages (a first read) is measured again
+MEMORY_TRIES = 3           # processes, at most, for one memory figure that stays suspect
 
 
 def peak_memory(zygote: Zygote, name: str, args, kwargs, *, cells: list[str], reference=None,
@@ -751,13 +773,26 @@ def peak_memory(zygote: Zygote, name: str, args, kwargs, *, cells: list[str], re
 
     The figure is the process's peak, less what it held untouched from the ready mark to its end (the witness's
     credit, :func:`held_bytes`), less the baseline's, less what the reference's own process spent on the same
-    inputs beyond its count (a first call's library memory). Either reading can miss on a busy machine (a CI
+    inputs beyond its count (a first call's library memory; measured once per function, input shapes and
+    reference cells in the zygote, and kept). Either reading can miss on a busy machine (a CI
     run under a load of 10 to 27 read 14.8 MB for a correct Lab 5 function counted at 1.75 MB): where the credit
     reads 0 (an honest process always holds some of its own heap from before the mark) or the figure is over
-    the count by more than :data:`SUSPECT_SLACK_BYTES` and an eighth, the student's process is measured once
-    more, and the smaller figure stands; a reference process that gave no count is run once more. Each try
-    measures the whole function again, so a figure it holds or touches is in both. ``parts`` (a dict) receives
-    what the figure was made of, for the test's message."""
+    the count by more than :data:`SUSPECT_SLACK_BYTES` and an eighth, the student's process is measured again,
+    up to :data:`MEMORY_TRIES` processes, and the smallest figure stands; a reference process that gave no count
+    is run once more. Each try measures the whole function again, so a figure it holds or touches is in all.
+    (The CI run of 11c9ebf read a correct float64 variant of Lab 5's extract_features at 17.2 MiB over its
+    count in both of two tries, where the same process reads 2 to 4 MiB on a quiet machine; the anonymous
+    memory of one fresh process of the same code was 31.4 MiB in one try and 22.0 in the next, by memory.stat.
+    What varies is not known: a third try is the remedy, not an explanation.)
+
+    The peak also holds the files' pages that the process was the first to read into memory: the kernel charges
+    a page of the page cache to the group that faults it in. After the page cache was dropped, the first
+    measured process of a correct float64 variant of Lab 5's extract_features was charged 42 MiB of files'
+    pages (memory.stat's ``cache``, measured). Nothing is taken off for them (a process
+    could read files to swell the figure that would be taken off): a process charged more than
+    :data:`FILE_PAGES_BYTES` of them is measured again, when those pages are in the cache, charged to nobody
+    new; a reference process, likewise, and the smaller correction stands. ``parts`` (a dict) receives what
+    the figure was made of, for the test's message."""
     default_dtype = wire.default_dtype_name()
     with one_thread():
         copies = timed_copies(args, kwargs, 2)
@@ -785,33 +820,48 @@ def peak_memory(zygote: Zygote, name: str, args, kwargs, *, cells: list[str], re
     if reference is not None and reference_cells:
         # What a first call costs in a fresh process beyond genlab's count (libraries initialised for these
         # shapes: Lab 3's tiled_attention, 18 MB by the OS over a count of a few): the reference's own process
-        # on the same inputs says how much, and that much is not the student's.
-        for _ in range(2):
-            r = zygote.run({**job, "target": getattr(reference, "__name__", name), "cells": reference_cells},
-                           timeout_s, pages=True)
-            counted = _decoded(r).get("count") if r.reply.get("ok") else None
-            if type(counted) is int and r.peak_bytes is not None:
-                correction = max(0, r.peak_bytes - r.held_bytes - base.peak_bytes - counted)
-                reference_laps.append((r.peak_bytes, r.held_bytes, counted))
-                break
+        # on the same inputs says how much, and that much is not the student's. Measured once per function,
+        # input shapes and reference cells in this zygote, like the baseline: the reference's process runs
+        # none of the student's code, so every notebook's test of that function would measure the same.
+        key = (getattr(reference, "__name__", name), input_shapes(args, kwargs), tuple(reference_cells),
+               tuple(activations), default_dtype)
+        if key not in zygote.corrections:
+            corrections = []
+            for _ in range(2):
+                r = zygote.run({**job, "target": key[0], "cells": reference_cells}, timeout_s, pages=True)
+                counted = _decoded(r).get("count") if r.reply.get("ok") else None
+                if type(counted) is int and r.peak_bytes is not None:
+                    corrections.append(max(0, r.peak_bytes - r.held_bytes - base.peak_bytes - counted))
+                    reference_laps.append((r.peak_bytes, r.held_bytes, counted))
+                    if r.file_bytes <= FILE_PAGES_BYTES:
+                        break
+            if corrections:   # else none is kept: the next notebook's test measures again
+                zygote.corrections[key] = (min(corrections), tuple(reference_laps))
+        correction, reference_laps = zygote.corrections.get(key, (0, tuple(reference_laps)))
     tries = [m]
     figure = lambda lap: max(0, lap.peak_bytes - lap.held_bytes - base.peak_bytes - correction)  # noqa: E731
-    if type(count) is int and count >= 0 and (
-            m.held_bytes == 0 or figure(m) > count + count // 8 + SUSPECT_SLACK_BYTES):
-        again = zygote.run(job, timeout_s, pages=True)
-        if again.reply.get("ok") and not again.oom_killed and again.peak_bytes is not None:
+    if type(count) is int and count >= 0:
+        while len(tries) < MEMORY_TRIES and (
+                tries[-1].held_bytes == 0 or tries[-1].file_bytes > FILE_PAGES_BYTES
+                or figure(tries[-1]) > count + count // 8 + SUSPECT_SLACK_BYTES):
+            again = zygote.run(job, timeout_s, pages=True)
+            if not again.reply.get("ok") or again.oom_killed or again.peak_bytes is None:
+                break
             tries.append(again)
     os_bytes = min(figure(lap) for lap in tries)
     if parts is not None:
         parts.update(count=count, os_bytes=os_bytes, baseline_bytes=base.peak_bytes, correction_bytes=correction,
-                     reference=reference_laps, tries=[(lap.peak_bytes, lap.held_bytes) for lap in tries])
+                     reference=reference_laps,
+                     tries=[(lap.peak_bytes, lap.held_bytes, lap.file_bytes) for lap in tries])
     return count, os_bytes
 
 
 def describe_parts(parts: dict) -> str:
     """What a memory figure was made of, in words (:func:`peak_memory`'s ``parts``)."""
     mib = lambda b: f"{b / 2**20:.2f} MiB"  # noqa: E731
-    tries = "; ".join(f"peak {mib(p)}, held untouched since the ready mark {mib(h)}" for p, h in parts["tries"])
+    tries = "; ".join(f"peak {mib(p)}, held untouched since the ready mark {mib(h)}"
+                      + (f", files' pages read in first {mib(f)}" if f > FILE_PAGES_BYTES else "")
+                      for p, h, f in parts["tries"])
     return (f"the OS's figure {mib(parts['os_bytes'])} is the measured process's peak less what it held untouched "
             f"since the ready mark, less the baseline's {mib(parts['baseline_bytes'])}, less "
             f"{mib(parts['correction_bytes'])} that the reference's process spent beyond its count on the same "
