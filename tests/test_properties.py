@@ -129,6 +129,28 @@ def test_hypothesis_writes_nothing_in_the_working_directory(tmp_path, monkeypatc
     assert not (tmp_path / ".hypothesis").exists()
 
 
+def test_hypothesis_files_are_in_a_folder_of_this_process_that_nobody_could_plant(tmp_path):
+    """Issue 41: a folder of a guessable name in the temporary directory (genlab-hypothesis-<uid>) could be made
+    first by anybody on the machine, with constants that hypothesis would mix into every later grader's draws."""
+    import subprocess
+    import sys
+
+    probe = ("import os, stat, sys\n"
+             "from genlab.testing import properties\n"
+             "from hypothesis import configuration\n"
+             "properties._keep_hypothesis_files_private()\n"
+             "home = configuration.storage_directory(intent_to_write=False).home_directory\n"
+             "mode = stat.S_IMODE(os.stat(home).st_mode)\n"
+             "print(home, oct(mode), home.parent == __import__('pathlib').Path(os.environ['TMPDIR']))\n")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "HYPOTHESIS_STORAGE_DIRECTORY"}
+    env["TMPDIR"] = str(tmp_path)
+    homes = [subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env,
+                            check=True).stdout.split() for _ in range(2)]
+    assert homes[0][0] != homes[1][0], "two processes shared hypothesis's folder"
+    assert all(mode == "0o700" and in_tmp == "True" for _, mode, in_tmp in homes), homes
+    assert not list(tmp_path.iterdir()), "a process left its folder behind"
+
+
 def test_the_next_notebook_is_checked_on_the_inputs_hypothesis_draws(monkeypatch):
     """The grader keeps the inputs (and expected answers) of a run that passed and checks the next notebook on
     them without drawing (properties._PASSED): they must be exactly those hypothesis draws, in order, with their

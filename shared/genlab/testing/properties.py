@@ -597,17 +597,36 @@ def _failure(function: str, domain: Domain, shown: str, got, want, error, how: s
 
 def _keep_hypothesis_files_private() -> None:
     """Hypothesis caches what it reads of the code under test in ``.hypothesis/`` of the working directory (even with
-    ``database=None``: its ``constants`` cache). That is a student's folder, or the course's ``solutions/<lab>`` when
-    nbval runs a notebook there (a file that appeared under solutions/ while the suite graded). Keep it in the
-    temporary directory instead, unless ``HYPOTHESIS_STORAGE_DIRECTORY`` says where."""
+    ``database=None``: its ``constants`` cache, the literals of every local module, which it mixes into its draws).
+    That is a student's folder, or the course's ``solutions/<lab>`` when nbval runs a notebook there (a file that
+    appeared under solutions/ while the suite graded). A folder shared by name in the temporary directory is no
+    better: anybody on the machine could make it first and plant constants that every later grader of that user
+    reads (issue 41). So each process gets a folder of its own, made with ``mkdtemp`` (mode 0700, a name nobody
+    can guess) and removed when the process ends, unless ``HYPOTHESIS_STORAGE_DIRECTORY`` says where. Reading the
+    constants afresh costs a process about 0.4 s of CPU, once (measured with the grader's modules loaded)."""
+    import atexit
     import os
+    import shutil
     import tempfile
     from pathlib import Path
 
     from hypothesis import configuration
 
-    if not os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
-        configuration.set_hypothesis_home_dir(Path(tempfile.gettempdir()) / f"genlab-hypothesis-{os.getuid()}")
+    global _PRIVATE_HOME
+    if os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY") or _PRIVATE_HOME is not None:
+        return
+    _PRIVATE_HOME = Path(tempfile.mkdtemp(prefix="genlab-hypothesis-"))
+    owner = os.getpid()   # a forked child that exits normally must not remove its parent's folder
+
+    def remove(folder=_PRIVATE_HOME):
+        if os.getpid() == owner:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    atexit.register(remove)
+    configuration.set_hypothesis_home_dir(_PRIVATE_HOME)
+
+
+_PRIVATE_HOME = None   # this process's folder for hypothesis's files (_keep_hypothesis_files_private)
 
 
 def _quiet():
