@@ -414,3 +414,16 @@ def test_counting_flops_and_memory_imports_no_dynamo():
             "assert 'torch._dynamo' not in sys.modules, 'torch._dynamo was imported'\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
+
+
+def test_the_self_check_in_a_graders_kernel_says_the_grader_runs_the_tests(monkeypatch, capsys, tmp_path):
+    # a --full-run runs every lab's self-check cell in a kernel with no copy of the lab notebook: it raised
+    # FileNotFoundError in every lab's feedback (issue 44); the grader's kernels have GENLAB_GRADER=1
+    import genlab
+    from autograder.wall import sandbox
+
+    assert sandbox.kernel_environment(tmp_path)["GENLAB_GRADER"] == "1"
+    monkeypatch.setenv("GENLAB_GRADER", "1")
+    monkeypatch.chdir(tmp_path)   # no lab notebook here
+    assert genlab.check("reparameterize", "lab1_vae") == []
+    assert "the grader runs every test of reparameterize itself" in capsys.readouterr().out

@@ -149,6 +149,7 @@ def kernel_environment(workdir: Path, extra: dict | None = None) -> dict[str, st
     workdir = str(Path(workdir).resolve())
     env = {"PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
            "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8",
+           "GENLAB_GRADER": "1",   # genlab.check only says that the grader runs the tests (no lab notebook here)
            # One thread per kernel: graders run several kernels on few cores, and oversubscribed OpenMP pools
            # make timings swing by 10x. Student and reference kernels get the same, so timing ratios stay fair.
            **{name: "1" for name in THREADS},

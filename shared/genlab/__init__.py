@@ -39,7 +39,16 @@ def setup(lab: str, seed: int = 0, quiet: bool = False) -> torch.device:
 
 
 def check(function: str, lab: str | None = None):
-    """Runs the visible tests of ``function`` in this kernel and names any catalogued bug they match."""
+    """Runs the visible tests of ``function`` in this kernel and names any catalogued bug they match.
+
+    In a kernel of the grader (``GENLAB_GRADER=1``, which the grader sets) it only says so: the grader runs every
+    test itself, from outside, and its kernel has no copy of the lab notebook to read the visible tests from (a
+    ``--full-run``, which runs the self-check cells too, showed a FileNotFoundError in every lab's feedback)."""
+    import os
+
+    if os.environ.get("GENLAB_GRADER") == "1":
+        print(f"genlab.check({function!r}): not run here: the grader runs every test of {function} itself")
+        return []
     from genlab.selfcheck import self_check
 
     return self_check(function, lab or LAB)
