@@ -762,6 +762,7 @@ def _ratio(student: list, ref: list, base: Baseline, clock: bool = False) -> flo
 SUSPECT_SLACK_BYTES = 8 * 2**20   # a figure over the count by more than this and an eighth is measured again
 FILE_PAGES_BYTES = 2**20   # a process charged this much of the files' pages (a first read) is measured again
 MEMORY_TRIES = 3           # processes, at most, for one memory figure that stays suspect
+CORRECTION_RUNS = 3        # reference processes whose median is a function's first-call correction, per zygote
 
 
 def peak_memory(zygote: Zygote, name: str, args, kwargs, *, cells: list[str], reference=None,
@@ -773,8 +774,8 @@ def peak_memory(zygote: Zygote, name: str, args, kwargs, *, cells: list[str], re
 
     The figure is the process's peak, less what it held untouched from the ready mark to its end (the witness's
     credit, :func:`held_bytes`), less the baseline's, less what the reference's own process spent on the same
-    inputs beyond its count (a first call's library memory; measured once per function, input shapes and
-    reference cells in the zygote, and kept). Either reading can miss on a busy machine (a CI
+    inputs beyond its count (a first call's library memory; the median of :data:`CORRECTION_RUNS` processes,
+    measured once per function, input shapes and reference cells in the zygote, and kept). Either reading can miss on a busy machine (a CI
     run under a load of 10 to 27 read 14.8 MB for a correct Lab 5 function counted at 1.75 MB): where the credit
     reads 0 (an honest process always holds some of its own heap from before the mark) or the figure is over
     the count by more than :data:`SUSPECT_SLACK_BYTES` and an eighth, the student's process is measured again,
@@ -791,7 +792,7 @@ def peak_memory(zygote: Zygote, name: str, args, kwargs, *, cells: list[str], re
     pages (memory.stat's ``cache``, measured). Nothing is taken off for them (a process
     could read files to swell the figure that would be taken off): a process charged more than
     :data:`FILE_PAGES_BYTES` of them is measured again, when those pages are in the cache, charged to nobody
-    new; a reference process, likewise, and the smaller correction stands. ``parts`` (a dict) receives what
+    new; a reference process so charged is not counted. ``parts`` (a dict) receives what
     the figure was made of, for the test's message."""
     default_dtype = wire.default_dtype_name()
     with one_thread():
@@ -826,17 +827,20 @@ def peak_memory(zygote: Zygote, name: str, args, kwargs, *, cells: list[str], re
         key = (getattr(reference, "__name__", name), input_shapes(args, kwargs), tuple(reference_cells),
                tuple(activations), default_dtype)
         if key not in zygote.corrections:
+            # The median of three processes, as for the baseline: every later notebook's figure uses it, so one
+            # process's reading (anonymous memory varies by 10 MiB between runs of one process, below) must not.
+            # A process charged for files' pages it read in first is not one of the three.
             corrections = []
-            for _ in range(2):
+            for _ in range(CORRECTION_RUNS + 2):
                 r = zygote.run({**job, "target": key[0], "cells": reference_cells}, timeout_s, pages=True)
                 counted = _decoded(r).get("count") if r.reply.get("ok") else None
-                if type(counted) is int and r.peak_bytes is not None:
+                if type(counted) is int and r.peak_bytes is not None and r.file_bytes <= FILE_PAGES_BYTES:
                     corrections.append(max(0, r.peak_bytes - r.held_bytes - base.peak_bytes - counted))
                     reference_laps.append((r.peak_bytes, r.held_bytes, counted))
-                    if r.file_bytes <= FILE_PAGES_BYTES:
-                        break
+                if len(corrections) == CORRECTION_RUNS:
+                    break
             if corrections:   # else none is kept: the next notebook's test measures again
-                zygote.corrections[key] = (min(corrections), tuple(reference_laps))
+                zygote.corrections[key] = (int(statistics.median(corrections)), tuple(reference_laps))
         correction, reference_laps = zygote.corrections.get(key, (0, tuple(reference_laps)))
     tries = [m]
     figure = lambda lap: max(0, lap.peak_bytes - lap.held_bytes - base.peak_bytes - correction)  # noqa: E731
@@ -864,5 +868,5 @@ def describe_parts(parts: dict) -> str:
                       for p, h, f in parts["tries"])
     return (f"the OS's figure {mib(parts['os_bytes'])} is the measured process's peak less what it held untouched "
             f"since the ready mark, less the baseline's {mib(parts['baseline_bytes'])}, less "
-            f"{mib(parts['correction_bytes'])} that the reference's process spent beyond its count on the same "
-            f"inputs (the smallest of {len(parts['tries'])} tr{'ies' if len(parts['tries']) > 1 else 'y'}: {tries})")
+            f"{mib(parts['correction_bytes'])} that the reference's processes spent beyond their count on the same "
+            f"inputs (their median; the smallest of {len(parts['tries'])} tr{'ies' if len(parts['tries']) > 1 else 'y'}: {tries})")
