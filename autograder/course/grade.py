@@ -193,7 +193,13 @@ class Worker:
             # The reference kernel runs in the same sandbox, so both sides of a timing ratio pay the same costs.
             # Time and memory are measured on fresh processes (autograder.wall.measure); GENLAB_MEASURE_IN_KERNEL=1
             # measures them in the kernels as before issue 39, only to compare the two (autograder/bench.py).
-            fresh = os.environ.get("GENLAB_MEASURE_IN_KERNEL") != "1"
+            # Container mode has no zygote: its measured processes, running students' code one after another as
+            # one uid without namespaces, could leave a process behind that reads the next student's. It measures
+            # in the kernels, as it always did (its launcher needs a uid per kernel, so a zygote never started
+            # there and the old fallback hid it): docs/trust-model.md, "Container mode".
+            sandbox = self.run.sandbox
+            fresh = (os.environ.get("GENLAB_MEASURE_IN_KERNEL") != "1"
+                     and not (sandbox is not None and sandbox.mode == container.CONTAINER))
             self.labs[lab_id] = lab, pipeline.ReferenceKernel(lab, self.kernels.reference, self.kernels.background,
                                                               start_measurer=self.kernels.measurer if fresh else None)
         self.kernels.warm = self.labs[lab_id][0].setup_modules
