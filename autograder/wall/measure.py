@@ -775,12 +775,13 @@ def peak_memory(zygote: Zygote, name: str, args, kwargs, *, cells: list[str], re
     The figure is the process's peak, less what it held untouched from the ready mark to its end (the witness's
     credit, :func:`held_bytes`), less the baseline's, less what the reference's own process spent on the same
     inputs beyond its count (a first call's library memory; the median of :data:`CORRECTION_RUNS` processes,
-    measured once per function, input shapes and reference cells in the zygote, and kept). Either reading can miss on a busy machine (a CI
-    run under a load of 10 to 27 read 14.8 MB for a correct Lab 5 function counted at 1.75 MB): where the credit
+    measured once per function, input shapes and reference cells in the zygote, and kept). Either reading can
+    miss on a busy machine (a CI run under a load of 10 to 27 read 14.8 MB for a correct Lab 5 function
+    counted at 1.75 MB): where the credit
     reads 0 (an honest process always holds some of its own heap from before the mark) or the figure is over
     the count by more than :data:`SUSPECT_SLACK_BYTES` and an eighth, the student's process is measured again,
     up to :data:`MEMORY_TRIES` processes, and the smallest figure stands; a reference process that gave no count
-    is run once more. Each try measures the whole function again, so a figure it holds or touches is in all.
+    is not one of the correction's (up to two more are run). Each try measures the whole function again, so a figure it holds or touches is in all.
     (The CI run of 11c9ebf read a correct float64 variant of Lab 5's extract_features at 17.2 MiB over its
     count in both of two tries, where the same process reads 2 to 4 MiB on a quiet machine; the anonymous
     memory of one fresh process of the same code was 31.4 MiB in one try and 22.0 in the next, by memory.stat.
@@ -869,4 +870,5 @@ def describe_parts(parts: dict) -> str:
     return (f"the OS's figure {mib(parts['os_bytes'])} is the measured process's peak less what it held untouched "
             f"since the ready mark, less the baseline's {mib(parts['baseline_bytes'])}, less "
             f"{mib(parts['correction_bytes'])} that the reference's processes spent beyond their count on the same "
-            f"inputs (their median; the smallest of {len(parts['tries'])} tr{'ies' if len(parts['tries']) > 1 else 'y'}: {tries})")
+            f"inputs (their median; the smallest of {len(parts['tries'])} "
+            f"tr{'ies' if len(parts['tries']) > 1 else 'y'} of yours: {tries})")
